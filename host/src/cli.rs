@@ -1,0 +1,176 @@
+//! The command line: parsing, logging set-up, and the commands' top-level code.
+//!
+//! Every command's work is in the library; this module only connects arguments to it and
+//! turns errors into messages and exit codes.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::catalog;
+use crate::config::{Config, Overrides};
+use crate::runtime::Runtime;
+
+/// Tenure: a WebAssembly plugin host for owned tasks.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a node. Without a config file: a single-node cluster with data in
+    /// ./tenure-data and plugins from ./plugins.
+    Run(RunArgs),
+    /// Plugin tools.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Config file (TOML).
+    #[arg(long, env = "TENURE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The node's name (overrides the config file).
+    #[arg(long, env = "TENURE_NAME")]
+    pub name: Option<String>,
+    /// Data folder (overrides the config file).
+    #[arg(long, env = "TENURE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Plugins folder (overrides the config file).
+    #[arg(long, env = "TENURE_PLUGINS_DIR")]
+    pub plugins_dir: Option<PathBuf>,
+    /// Log format: human-readable text, or one JSON object per line (the event log).
+    #[arg(long, env = "TENURE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Check that a wasm file is a component of the tenure:plugin/owned-task world and
+    /// that its manifest is valid.
+    Check {
+        /// The plugin's .wasm file.
+        file: PathBuf,
+        /// Its manifest (default: the .toml beside the .wasm, if there is one).
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sets up logging to stdout: text for people, JSON lines for the event log.
+/// `RUST_LOG` refines the default filter.
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
+    match format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_target(false)
+            .init(),
+    }
+}
+
+/// `tenure run`.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let overrides = Overrides {
+        name: args.name,
+        data_dir: args.data_dir,
+        plugins_dir: args.plugins_dir,
+    };
+    let config = Config::load(args.config.as_deref(), overrides)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        crate::node::run(config, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves at the first SIGINT or SIGTERM. A second one exits at once.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = int.recv() => {},
+        _ = term.recv() => {},
+    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        tracing::warn!("second signal: exiting without waiting for cleanups");
+        std::process::exit(130);
+    });
+}
+
+/// `tenure plugin check`.
+pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> {
+    let beside = file.with_extension("toml");
+    let manifest = manifest.or(beside.exists().then_some(beside.as_path()));
+    let entry = catalog::read_plugin(file, manifest)
+        .map_err(|(path, error)| anyhow::anyhow!("{}: {error}", path.display()))?;
+    let runtime = Runtime::new(None)?;
+    let plugin = runtime
+        .load(&entry.wasm)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let imports = runtime
+        .imports_of(&entry.wasm)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let m = &entry.manifest;
+    let l = &m.limits;
+    println!(
+        "ok: {} is a tenure:plugin/owned-task@0.1.0 component",
+        file.display()
+    );
+    println!("  digest     {}", plugin.digest);
+    println!(
+        "  manifest   {}",
+        manifest.map_or("(none: defaults)".to_string(), |p| p.display().to_string())
+    );
+    println!(
+        "  resource   {} (tickets {}, version {})",
+        m.resource, m.tickets, m.version
+    );
+    println!(
+        "  limits     memory {} MiB, stop_grace {}, cleanup_timeout {}, max_restarts {} within {}",
+        l.memory as f64 / (1 << 20) as f64,
+        humantime::format_duration(l.stop_grace),
+        humantime::format_duration(l.cleanup_timeout),
+        l.max_restarts,
+        humantime::format_duration(l.restart_window),
+    );
+    if !m.require.is_empty() {
+        let labels: Vec<String> = m.require.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("  requires   {}", labels.join(", "));
+    }
+    println!(
+        "  compiled   in {:.0} ms",
+        plugin.load_time.as_secs_f64() * 1000.0
+    );
+    println!("  imports    {}", imports.join("\n             "));
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! The names of the event log's events: the audit trail external checkers read.
+//!
+//! With `--log-format json` every log line is one JSON object; lines that are events
+//! carry `event` with one of these names. Keep them stable: they are a public contract
+//! (DESIGN.md, "Event log").
+
+pub const NODE_STARTED: &str = "node.started";
+pub const NODE_READY: &str = "node.ready";
+pub const NODE_STOPPED: &str = "node.stopped";
+pub const CATALOG_REJECTED: &str = "catalog.rejected";
+pub const RESOURCE_PENDING: &str = "resource.pending";
+pub const PLUGIN_LOADED: &str = "plugin.loaded";
+pub const PLUGIN_STARTED: &str = "plugin.started";
+pub const PLUGIN_LOG: &str = "plugin.log";
+pub const PLUGIN_STOPPED: &str = "plugin.stopped";
+pub const PLUGIN_CLEANUP: &str = "plugin.cleanup";
+pub const PLUGIN_RESTARTING: &str = "plugin.restarting";
+pub const PLUGIN_FAILED: &str = "plugin.failed";
+pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
+pub const OWNERSHIP_LOST: &str = "ownership.lost";

@@ -1,0 +1,15 @@
+//! Tenure: a WebAssembly plugin host for owned tasks.
+//!
+//! A node watches its plugins folder, owns the resources the plugins name, and runs
+//! each owned slot's plugin in a sandboxed wasm instance under a supervisor. See
+//! ARCHITECTURE.md for the map of modules and their invariants.
+
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod events;
+pub mod node;
+pub mod ownership;
+pub mod runtime;
+pub mod store;
+pub mod supervisor;

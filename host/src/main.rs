@@ -1,0 +1,18 @@
+//! The `tenure` binary: parse the command line and hand over to the library.
+
+use clap::Parser;
+use tenure::cli::{Cli, Command, PluginCommand};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => tenure::cli::run(args),
+        Command::Plugin(PluginCommand::Check { file, manifest }) => {
+            tenure::cli::plugin_check(&file, manifest.as_deref())
+        }
+    };
+    if let Err(err) = result {
+        eprintln!("tenure: {err:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,82 @@
+//! Tenure's host imports: `lease`, `sleep`, `stop-requested`, `log` and `state`.
+//!
+//! `sleep` never outlives a stop request, and `state` calls are bounded by the backend,
+//! so a plugin inside a host call can always be stopped within about one epoch tick.
+
+use std::time::Duration;
+
+use super::bindings::tenure::plugin::host::{self, Level, Wake};
+use super::bindings::tenure::plugin::state;
+use super::bindings::tenure::plugin::types::{self, Lease};
+use super::output::{self, Stream};
+use super::store::HostState;
+use super::{MAX_STATE_BYTES, StateError};
+use crate::ownership::Grant;
+
+/// The longest single sleep; a plugin wanting longer sleeps again.
+const MAX_SLEEP: Duration = Duration::from_secs(24 * 3600);
+
+impl types::Host for HostState {}
+
+impl host::Host for HostState {
+    fn lease(&mut self) -> Lease {
+        wit_lease(&self.ctx.grant)
+    }
+
+    async fn sleep(&mut self, ms: u64) -> Wake {
+        let signals = &self.ctx.signals;
+        if signals.stop_requested() {
+            return Wake::StopRequested;
+        }
+        let duration = Duration::from_millis(ms).min(MAX_SLEEP);
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => Wake::Elapsed,
+            _ = signals.stopping() => Wake::StopRequested,
+        }
+    }
+
+    fn stop_requested(&mut self) -> bool {
+        self.ctx.signals.stop_requested()
+    }
+
+    fn log(&mut self, level: Level, message: String) {
+        output::emit(&self.ctx, Stream::Log, level, &message);
+    }
+}
+
+impl state::Host for HostState {
+    async fn load(&mut self) -> Result<Option<Vec<u8>>, state::Error> {
+        self.ctx.state.load(&self.ctx.grant).await.map_err(into_wit)
+    }
+
+    async fn save(&mut self, data: Vec<u8>) -> Result<(), state::Error> {
+        if data.len() > MAX_STATE_BYTES {
+            return Err(into_wit(StateError::TooLarge(MAX_STATE_BYTES as u32)));
+        }
+        self.ctx
+            .state
+            .save(&self.ctx.grant, data)
+            .await
+            .map_err(into_wit)
+    }
+}
+
+/// The WIT form of a grant.
+pub(super) fn wit_lease(grant: &Grant) -> Lease {
+    Lease {
+        resource: grant.resource.clone(),
+        slot: grant.slot,
+        node: grant.node.clone(),
+        token: grant.token,
+        term: grant.term,
+    }
+}
+
+fn into_wit(err: StateError) -> state::Error {
+    match err {
+        StateError::StaleToken => state::Error::StaleToken,
+        StateError::LeaseExpired => state::Error::LeaseExpired,
+        StateError::TooLarge(limit) => state::Error::TooLarge(limit),
+        StateError::Unavailable(why) => state::Error::Unavailable(why),
+    }
+}

@@ -1,0 +1,330 @@
+//! The plugin runtime: the only module that touches wasmtime.
+//!
+//! One [`Runtime`] per node owns the wasmtime `Engine`, the `Linker` with Tenure's imports
+//! and WASI, the on-disk compile cache, and a ticker thread that advances the engine's
+//! epoch every [`EPOCH_TICK`]. A [`Plugin`] is one compiled version of a component with its
+//! `InstancePre` (imports resolved and export types checked once). An [`Instance`] is one
+//! store plus one instantiation of that plugin, built for one grant.
+//!
+//! Isolation, in the order a misbehaving plugin meets it:
+//! - **Capabilities.** WASI 0.2 is linked (ordinary Rust builds import it) but the context
+//!   grants nothing: no preopened directories, no environment, no arguments, no sockets,
+//!   no name lookup. stdout and stderr become host log lines.
+//! - **Memory.** A per-instance cap over all linear memories. A refused growth is recorded,
+//!   so an instance that then traps reports [`Failure::OutOfMemory`] with its peak.
+//! - **Time.** Every store has an epoch deadline of one tick. At each tick a running plugin
+//!   yields to the executor (so a busy loop cannot starve other plugins) and, once its
+//!   [`Signals`] say interrupt, traps. Host calls are async and never block past a stop
+//!   request, so an interrupt always lands within about one tick.
+//! - **Instances.** The pooling allocator pre-reserves slots for instances, memories and
+//!   stacks, which makes instantiation cheap; if the machine refuses the reservation the
+//!   runtime falls back to on-demand allocation and says so.
+//!
+//! What this module does not decide: when to start, stop, restart or clean up. That is
+//! the supervisor's job; the runtime only reports how each call ended.
+
+mod bindings;
+mod cache;
+mod imports;
+mod instance;
+pub mod output;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, EngineWeak};
+
+pub use bindings::tenure::plugin::types::CleanupReason;
+pub use cache::CacheUse;
+pub use instance::{Failure, Instance};
+use store::HostState;
+
+use crate::ownership::Grant;
+
+/// How often the epoch advances: the granularity of yields and interrupts.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The largest state blob a plugin may save.
+pub const MAX_STATE_BYTES: usize = 64 * 1024;
+
+/// Errors building the runtime itself.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// wasmtime refused the engine configuration.
+    #[error("cannot create the wasm engine: {0}")]
+    Engine(String),
+    /// Tenure's imports could not be linked (a bug in the host).
+    #[error("cannot link the host imports: {0}")]
+    Link(String),
+    /// The compile cache directory could not be created.
+    #[error("cannot create the compile cache at {path}: {source}")]
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Why a wasm file cannot be used as a plugin. Every variant is the file's fault, not the
+/// host's: the file is reported and skipped.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not WebAssembly at all.
+    #[error("not a WebAssembly file (no \\0asm header)")]
+    NotWasm,
+    /// A core module rather than a component.
+    #[error(
+        "a core wasm module, not a component: build it for the wasm32-wasip2 target (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// The component did not validate or compile.
+    #[error("invalid component: {0}")]
+    Invalid(String),
+    /// The component imports something Tenure does not provide, or lacks the world's
+    /// exports.
+    #[error("does not fit the tenure:plugin/owned-task@0.1.0 world: {0}")]
+    WorldMismatch(String),
+}
+
+/// The backend behind the `state` import: durable, fenced by the grant's token.
+pub trait StateBackend: Send + Sync + 'static {
+    /// The resource's last saved blob.
+    fn load(&self, grant: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>>;
+    /// Replaces the resource's blob if `grant` is still the slot's current grant.
+    fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>>;
+}
+
+/// A boxed, sendable future, for the object-safe [`StateBackend`].
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// Why a state call failed; mirrors the WIT `state.error`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The caller's token is no longer the slot's current grant.
+    #[error("stale token: the slot was granted again")]
+    StaleToken,
+    /// The node's lease deadline has passed.
+    #[error("the node's lease expired")]
+    LeaseExpired,
+    /// The blob exceeds [`MAX_STATE_BYTES`].
+    #[error("state blob too large (limit {0} bytes)")]
+    TooLarge(u32),
+    /// The store failed; retrying may succeed.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Stop and interrupt flags shared between a supervisor and the instances it runs.
+#[derive(Clone)]
+pub struct Signals {
+    stop: tokio::sync::watch::Sender<bool>,
+    interrupt: Arc<AtomicBool>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Signals {
+    pub fn new() -> Self {
+        Self {
+            stop: tokio::sync::watch::Sender::new(false),
+            interrupt: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Asks the plugin to stop: `sleep` returns `stop-requested` from now on.
+    pub fn request_stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Makes the instance trap at its next epoch tick.
+    pub fn interrupt(&self) {
+        self.interrupt.store(true, Ordering::Relaxed);
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Whether an interrupt was requested.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once a stop is requested.
+    async fn stopping(&self) {
+        let mut rx = self.stop.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Everything an instance's imports need: who it is, the grant it runs under, its
+/// signals and its state backend.
+pub struct InstanceContext {
+    /// The plugin's name (its file stem in the plugins folder).
+    pub plugin: String,
+    pub grant: Grant,
+    pub signals: Signals,
+    pub state: Arc<dyn StateBackend>,
+    /// Memory cap over all of the instance's linear memories, in bytes.
+    pub memory_limit: usize,
+}
+
+/// The node's wasm engine, linker and compile cache.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: Option<cache::CompileCache>,
+    pooling: bool,
+}
+
+/// A compiled plugin version, ready to instantiate.
+pub struct Plugin {
+    pre: bindings::OwnedTaskPre<HostState>,
+    engine: Engine,
+    /// `sha256:<hex>` of the wasm bytes.
+    pub digest: String,
+    /// Whether the compiled code came from the cache.
+    pub cache: CacheUse,
+    /// How long compiling or loading took.
+    pub load_time: Duration,
+}
+
+impl Runtime {
+    /// Builds the engine (pooling allocator, falling back to on-demand), links the
+    /// imports, starts the epoch ticker, and uses `cache_dir` for compiled code (`None`:
+    /// compile every time, as `tenure plugin check` does).
+    pub fn new(cache_dir: Option<&Path>) -> Result<Self, RuntimeError> {
+        let (engine, pooling) = match Engine::new(&engine_config(true)) {
+            Ok(engine) => (engine, true),
+            Err(err) => {
+                tracing::warn!(
+                    error = %err,
+                    "the pooling allocator is unavailable on this machine; using on-demand allocation (slower instantiation)"
+                );
+                let engine = Engine::new(&engine_config(false))
+                    .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+                (engine, false)
+            }
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        let cache = cache_dir
+            .map(|dir| cache::CompileCache::open(dir, &engine))
+            .transpose()?;
+        spawn_epoch_ticker(engine.weak());
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            pooling,
+        })
+    }
+
+    /// Whether instances come from the pooling allocator.
+    pub fn pooling(&self) -> bool {
+        self.pooling
+    }
+
+    /// Compiles `wasm` (or loads it from the cache) and checks it against the world.
+    /// CPU-heavy on a cache miss: call it from a blocking thread.
+    pub fn load(&self, wasm: &[u8]) -> Result<Plugin, LoadError> {
+        check_header(wasm)?;
+        let started = Instant::now();
+        let digest = cache::digest(wasm);
+        let (component, cache) = match &self.cache {
+            Some(cache) => cache.get_or_compile(&self.engine, &digest, wasm)?,
+            None => (compile(&self.engine, wasm)?, CacheUse::Off),
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
+        let pre = bindings::OwnedTaskPre::new(pre)
+            .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
+        Ok(Plugin {
+            pre,
+            engine: self.engine.clone(),
+            digest: format!("sha256:{digest}"),
+            cache,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// The names of the interfaces a component imports, for `tenure plugin check`.
+    pub fn imports_of(&self, wasm: &[u8]) -> Result<Vec<String>, LoadError> {
+        check_header(wasm)?;
+        let component = compile(&self.engine, wasm)?;
+        let ty = component.component_type();
+        Ok(ty
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect())
+    }
+}
+
+impl Plugin {
+    /// A fresh instance for `ctx`: a new store with its limits, then instantiation.
+    pub async fn instantiate(&self, ctx: Arc<InstanceContext>) -> Result<Instance, Failure> {
+        Instance::new(&self.engine, &self.pre, ctx).await
+    }
+}
+
+fn engine_config(pooling: bool) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    if pooling {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        // Room for 1,000 live plugin instances. A small Rust component has one memory and
+        // three core instances; the reservation is virtual address space, not RAM.
+        pool.total_component_instances(1_000)
+            .total_core_instances(4_000)
+            .total_memories(1_000)
+            .total_tables(4_000)
+            .total_stacks(1_000)
+            .max_memory_size(4 << 30);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+fn check_header(wasm: &[u8]) -> Result<(), LoadError> {
+    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm);
+    }
+    // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
+    if wasm[6..8] == [0, 0] {
+        return Err(LoadError::CoreModule);
+    }
+    Ok(())
+}
+
+fn compile(engine: &Engine, wasm: &[u8]) -> Result<Component, LoadError> {
+    Component::new(engine, wasm).map_err(|e| LoadError::Invalid(format!("{e:#}")))
+}
+
+/// Advances the epoch every tick for as long as the engine lives.
+fn spawn_epoch_ticker(engine: EngineWeak) {
+    std::thread::Builder::new()
+        .name("tenure-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = engine.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}

@@ -1,0 +1,414 @@
+//! The supervisor: one task per owned slot, running the plugin's lifecycle.
+//!
+//! ```text
+//! loaded → starting → running → stopping → cleaning → stopped
+//!              ↑                    │
+//!              └── backoff ← failed start (trap, err, out of memory)  → … → failed
+//! ```
+//!
+//! For every start the supervisor takes a new grant (a new, greater fencing token),
+//! writes `plugin.started`, and calls `start`. Then:
+//! - **Stop** (the caller's `stop` future resolves with a reason): the stop flag is set,
+//!   so `sleep` returns `stop-requested`; after the manifest's `stop_grace` the instance
+//!   is interrupted at its next epoch tick. `plugin.stopped` is written once the
+//!   instance can no longer run, then `cleanup(reason)`, then the grant is released.
+//! - **Start returned `ok`**: the task is done but the slot is still owned; the instance
+//!   stays loaded and `cleanup` runs on it when the stop comes.
+//! - **Start failed** (`err`, trap, out of memory): `cleanup(failed)`, release, then a
+//!   new start after an exponential backoff. More than `max_restarts` failures within
+//!   `restart_window` and the supervisor gives up: `plugin.failed`.
+//!
+//! Cleanup runs exactly once per start, bounded by `cleanup_timeout`: on the same
+//! instance if `start` returned and was never interrupted, otherwise on a fresh instance
+//! (a trap or interrupt leaves the old one unusable). Its stop flag is clear, so `sleep`
+//! sleeps; the budget is what bounds it.
+//!
+//! The supervisor never panics on plugin behaviour and never waits unboundedly on it.
+//! It does not decide whether the node should own the slot: the node does, and says so
+//! through `stop`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::catalog::Entry;
+use crate::events;
+use crate::ownership::Grant;
+use crate::runtime::{
+    CleanupReason, Failure, Instance, InstanceContext, Plugin, Signals, StateBackend,
+};
+use crate::store::LocalStore;
+
+/// After an interrupt, how long to wait for the call to unwind before abandoning it.
+const INTERRUPT_BACKSTOP: Duration = Duration::from_secs(1);
+/// First restart delay; doubles with every failure in the window.
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest restart delay.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Delay before retrying a grant the store could not write.
+const GRANT_RETRY: Duration = Duration::from_secs(1);
+
+/// A compiled plugin version together with the files it came from.
+pub struct Loaded {
+    pub entry: Entry,
+    pub plugin: Plugin,
+}
+
+/// What a supervisor needs from the node.
+#[derive(Clone)]
+pub struct Deps {
+    pub node: String,
+    pub store: LocalStore,
+}
+
+/// How supervision of a slot ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotEnd {
+    /// Stopped on request; cleanup has run and the grant is released.
+    Stopped(CleanupReason),
+    /// Gave up after too many failed starts; the grant is released.
+    Failed,
+}
+
+/// The kebab-case name of a cleanup reason, as in the WIT and the event log.
+pub fn reason_name(reason: CleanupReason) -> &'static str {
+    match reason {
+        CleanupReason::Moved => "moved",
+        CleanupReason::LeaseLost => "lease-lost",
+        CleanupReason::Shutdown => "shutdown",
+        CleanupReason::PluginUpdated => "plugin-updated",
+        CleanupReason::PluginRemoved => "plugin-removed",
+        CleanupReason::Released => "released",
+        CleanupReason::Failed => "failed",
+    }
+}
+
+/// Supervises `slot` of the plugin's resource until `stop` resolves or the plugin fails
+/// for good.
+pub async fn run(
+    loaded: Arc<Loaded>,
+    slot: u32,
+    deps: Deps,
+    stop: impl Future<Output = CleanupReason>,
+) -> SlotEnd {
+    let mut stop = std::pin::pin!(stop);
+    let mut failures: VecDeque<Instant> = VecDeque::new();
+    let limits = loaded.entry.manifest.limits.clone();
+    loop {
+        let grant = tokio::select! {
+            grant = take_grant(&loaded, slot, &deps) => grant,
+            reason = stop.as_mut() => return SlotEnd::Stopped(reason),
+        };
+        let run = Run::new(&loaded, grant, &deps);
+        match run.once(&mut stop).await {
+            Ended::Stopped(reason) => return SlotEnd::Stopped(reason),
+            Ended::Failed => {}
+        }
+
+        let now = Instant::now();
+        failures.push_back(now);
+        while failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > limits.restart_window)
+        {
+            failures.pop_front();
+        }
+        let restarts = failures.len() as u32;
+        if restarts > limits.max_restarts {
+            tracing::error!(
+                event = events::PLUGIN_FAILED,
+                plugin = %loaded.entry.name,
+                resource = %loaded.entry.manifest.resource,
+                slot,
+                restarts = limits.max_restarts,
+                window = %humantime::format_duration(limits.restart_window),
+                "plugin failed {} times within {}; giving the slot up",
+                restarts,
+                humantime::format_duration(limits.restart_window),
+            );
+            return SlotEnd::Failed;
+        }
+        let backoff = BACKOFF_BASE
+            .saturating_mul(1 << (restarts - 1).min(16))
+            .min(BACKOFF_MAX);
+        tracing::warn!(
+            event = events::PLUGIN_RESTARTING,
+            plugin = %loaded.entry.name,
+            resource = %loaded.entry.manifest.resource,
+            slot,
+            attempt = restarts,
+            backoff_ms = backoff.as_millis() as u64,
+            "restarting the plugin after a failed start",
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            reason = stop.as_mut() => return SlotEnd::Stopped(reason),
+        }
+    }
+}
+
+/// Takes a new grant from the store, retrying while the store fails.
+async fn take_grant(loaded: &Loaded, slot: u32, deps: &Deps) -> Grant {
+    let resource = loaded.entry.manifest.resource.clone();
+    loop {
+        let store = deps.store.clone();
+        let res = resource.clone();
+        match tokio::task::spawn_blocking(move || store.grant(&res, slot)).await {
+            Ok(Ok(token)) => {
+                let grant = Grant {
+                    resource,
+                    slot,
+                    node: deps.node.clone(),
+                    token,
+                    term: 0,
+                };
+                tracing::info!(
+                    event = events::OWNERSHIP_ACQUIRED,
+                    resource = %grant.resource,
+                    slot,
+                    token,
+                    node = %grant.node,
+                    "acquired the slot",
+                );
+                return grant;
+            }
+            Ok(Err(err)) => {
+                tracing::error!(%resource, slot, error = %err, "cannot record a grant; retrying")
+            }
+            Err(err) => {
+                tracing::error!(%resource, slot, error = %err, "cannot record a grant; retrying")
+            }
+        }
+        tokio::time::sleep(GRANT_RETRY).await;
+    }
+}
+
+/// How one start ended, from the loop's point of view.
+enum Ended {
+    Stopped(CleanupReason),
+    Failed,
+}
+
+/// One start of the plugin under one grant, from `plugin.started` to the release.
+struct Run<'a> {
+    loaded: &'a Loaded,
+    deps: &'a Deps,
+    ctx: Arc<InstanceContext>,
+}
+
+impl<'a> Run<'a> {
+    fn new(loaded: &'a Loaded, grant: Grant, deps: &'a Deps) -> Self {
+        let ctx = Arc::new(InstanceContext {
+            plugin: loaded.entry.name.clone(),
+            grant,
+            signals: Signals::new(),
+            state: Arc::new(deps.store.clone()) as Arc<dyn StateBackend>,
+            memory_limit: loaded.entry.manifest.limits.memory as usize,
+        });
+        Self { loaded, deps, ctx }
+    }
+
+    async fn once(self, stop: &mut Pin<&mut impl Future<Output = CleanupReason>>) -> Ended {
+        let grace = self.loaded.entry.manifest.limits.stop_grace;
+        let grant = &self.ctx.grant;
+        tracing::info!(
+            event = events::PLUGIN_STARTED,
+            plugin = %self.loaded.entry.name,
+            resource = %grant.resource,
+            slot = grant.slot,
+            token = grant.token,
+            node = %grant.node,
+            version = %self.loaded.entry.manifest.version,
+            digest = %self.loaded.entry.digest,
+            "starting the plugin",
+        );
+        let mut instance = match self.loaded.plugin.instantiate(self.ctx.clone()).await {
+            Ok(instance) => instance,
+            Err(failure) => {
+                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.cleanup(None, CleanupReason::Failed).await;
+                return Ended::Failed;
+            }
+        };
+
+        let (requested, result) = {
+            let call = instance.start();
+            let mut call = std::pin::pin!(call);
+            tokio::select! {
+                result = call.as_mut() => (None, result),
+                reason = stop.as_mut() => {
+                    self.ctx.signals.request_stop();
+                    (Some(reason), bounded(call, &self.ctx.signals, grace).await)
+                }
+            }
+        };
+        // The instance can be reused for cleanup only if its call returned and it was
+        // never told to trap.
+        let reusable = result.is_ok() && !self.ctx.signals.interrupted();
+        let instance = reusable.then_some(instance);
+        match (requested, result) {
+            (Some(reason), Ok(returned)) => {
+                self.stopped("stopped", returned.err());
+                self.cleanup(instance, reason).await;
+                Ended::Stopped(reason)
+            }
+            (Some(reason), Err(failure)) => {
+                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.cleanup(None, reason).await;
+                Ended::Stopped(reason)
+            }
+            (None, Ok(Ok(()))) => {
+                // Done, but still the owner: keep the instance until the stop.
+                self.stopped("returned", None);
+                let reason = stop.as_mut().await;
+                self.cleanup(instance, reason).await;
+                Ended::Stopped(reason)
+            }
+            (None, Ok(Err(error))) => {
+                self.stopped("returned", Some(error));
+                self.cleanup(instance, CleanupReason::Failed).await;
+                Ended::Failed
+            }
+            (None, Err(failure)) => {
+                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.cleanup(None, CleanupReason::Failed).await;
+                Ended::Failed
+            }
+        }
+    }
+
+    /// Writes `plugin.stopped`: the instance can no longer run `start`.
+    fn stopped(&self, outcome: &'static str, error: Option<String>) {
+        let grant = &self.ctx.grant;
+        macro_rules! stopped {
+            ($lvl:ident) => {
+                tracing::$lvl!(
+                    event = events::PLUGIN_STOPPED,
+                    plugin = %self.loaded.entry.name,
+                    resource = %grant.resource,
+                    slot = grant.slot,
+                    token = grant.token,
+                    node = %grant.node,
+                    outcome,
+                    error = error.as_deref(),
+                    "the plugin stopped ({outcome})",
+                )
+            };
+        }
+        if error.is_some() {
+            stopped!(warn);
+        } else {
+            stopped!(info);
+        }
+    }
+
+    /// Runs `cleanup(reason)` once, within the budget, then releases the grant.
+    async fn cleanup(&self, instance: Option<Instance>, reason: CleanupReason) {
+        let started = Instant::now();
+        let budget = self.loaded.entry.manifest.limits.cleanup_timeout;
+        let (outcome, error) = match instance {
+            Some(mut instance) => {
+                let signals = self.ctx.signals.clone();
+                classify_cleanup(
+                    bounded(std::pin::pin!(instance.cleanup(reason)), &signals, budget).await,
+                )
+            }
+            None => {
+                // Same grant, fresh signals: the new instance is not being stopped.
+                let ctx = Arc::new(InstanceContext {
+                    plugin: self.ctx.plugin.clone(),
+                    grant: self.ctx.grant.clone(),
+                    signals: Signals::new(),
+                    state: self.ctx.state.clone(),
+                    memory_limit: self.ctx.memory_limit,
+                });
+                let signals = ctx.signals.clone();
+                let fresh = async {
+                    let mut instance = self.loaded.plugin.instantiate(ctx).await?;
+                    instance.cleanup(reason).await
+                };
+                classify_cleanup(bounded(std::pin::pin!(fresh), &signals, budget).await)
+            }
+        };
+        let grant = &self.ctx.grant;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let reason_name = reason_name(reason);
+        macro_rules! cleaned {
+            ($lvl:ident) => {
+                tracing::$lvl!(
+                    event = events::PLUGIN_CLEANUP,
+                    plugin = %self.loaded.entry.name,
+                    resource = %grant.resource,
+                    slot = grant.slot,
+                    token = grant.token,
+                    node = %grant.node,
+                    reason = reason_name,
+                    outcome,
+                    duration_ms,
+                    error = error.as_deref(),
+                    "cleanup finished ({outcome}) in {duration_ms} ms",
+                )
+            };
+        }
+        if outcome == "ok" {
+            cleaned!(info);
+        } else {
+            cleaned!(warn);
+        }
+        self.release(reason_name).await;
+    }
+
+    async fn release(&self, reason: &'static str) {
+        let grant = self.ctx.grant.clone();
+        let store = self.deps.store.clone();
+        let (resource, slot, token) = (grant.resource.clone(), grant.slot, grant.token);
+        let released =
+            tokio::task::spawn_blocking(move || store.release(&resource, slot, token)).await;
+        let error = match released {
+            Ok(Ok(())) => None,
+            Ok(Err(err)) => Some(err.to_string()),
+            Err(err) => Some(err.to_string()),
+        };
+        if let Some(error) = error {
+            // The grant dies with the process anyway, and any later grant supersedes it.
+            tracing::error!(resource = %grant.resource, slot, token, %error, "cannot record the release");
+        }
+        tracing::info!(
+            event = events::OWNERSHIP_LOST,
+            resource = %grant.resource,
+            slot = grant.slot,
+            token = grant.token,
+            node = %grant.node,
+            reason,
+            "released the slot",
+        );
+    }
+}
+
+fn classify_cleanup(result: Result<(), Failure>) -> (&'static str, Option<String>) {
+    match result {
+        Ok(()) => ("ok", None),
+        Err(Failure::Interrupted) => ("timeout", None),
+        Err(failure) => ("trapped", Some(failure.describe())),
+    }
+}
+
+/// Waits for `call` up to `budget`; then interrupts it and waits up to
+/// [`INTERRUPT_BACKSTOP`] more; then abandons it (dropping the call discards the
+/// instance) and reports an interrupt.
+async fn bounded<T>(
+    mut call: Pin<&mut impl Future<Output = Result<T, Failure>>>,
+    signals: &Signals,
+    budget: Duration,
+) -> Result<T, Failure> {
+    if let Ok(result) = tokio::time::timeout(budget, call.as_mut()).await {
+        return result;
+    }
+    signals.interrupt();
+    match tokio::time::timeout(INTERRUPT_BACKSTOP, call.as_mut()).await {
+        Ok(result) => result,
+        Err(_) => Err(Failure::Interrupted),
+    }
+}

@@ -1,0 +1,140 @@
+//! `misbehave`: a test fixture that breaks the plugin contract on purpose.
+//!
+//! The host's integration tests install this one component under several names and pick
+//! the behaviour with the manifest's `resource` key (the lease's resource name):
+//!
+//! | resource       | `start`                                              | `cleanup`          |
+//! |----------------|------------------------------------------------------|--------------------|
+//! | `cooperative`  | ticks every 100 ms, returns on stop                  | logs               |
+//! | `busy`         | spins without host calls, ignores stop               | logs               |
+//! | `oom`          | allocates 1 MiB chunks until memory runs out         | logs               |
+//! | `trap`         | panics (a trap)                                      | logs               |
+//! | `error`        | returns `Err("deliberate error")`                    | logs               |
+//! | `returns`      | returns `Ok` at once                                 | logs               |
+//! | `cleanup-trap` | like `cooperative`                                   | panics             |
+//! | `cleanup-hang` | like `cooperative`                                   | spins forever      |
+//! | `noisy`        | writes to stdout and stderr, escapes included, then like `cooperative` | logs |
+//! | anything else  | returns an error naming the behaviour                | logs               |
+//!
+//! Every `start` first logs `start behaviour={resource} token={token}`. Every `cleanup`
+//! that returns logs exactly `cleanup reason={reason} fresh_instance={bool}`, the reason
+//! spelled as in the WIT, and `fresh_instance` true when `start` never ran on this
+//! instance: the tests read it to check on which instance the host ran `cleanup`.
+
+wit_bindgen::generate!({ world: "owned-task", path: "/tmp/tenure-wit" });
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tenure::plugin::host::{self, Level, Wake};
+
+/// Set at the top of `start`: false in `cleanup` means it runs on a fresh instance.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+struct Misbehave;
+
+impl Guest for Misbehave {
+    fn start(lease: Lease) -> Result<(), String> {
+        STARTED.store(true, Ordering::SeqCst);
+        let resource = lease.resource.as_str();
+        let token = lease.token;
+        info(&format!("start behaviour={resource} token={token}"));
+        match resource {
+            "cooperative" | "cleanup-trap" | "cleanup-hang" => cooperative(token),
+            "busy" => {
+                info("spinning");
+                spin()
+            }
+            "oom" => exhaust_memory(),
+            "trap" => {
+                info("about to trap");
+                panic!("deliberate trap");
+            }
+            "error" => Err("deliberate error".into()),
+            "returns" => {
+                info("done");
+                Ok(())
+            }
+            "noisy" => {
+                write_noise();
+                cooperative(token)
+            }
+            other => Err(format!("misbehave: unknown behaviour {other}")),
+        }
+    }
+
+    fn cleanup(reason: CleanupReason) {
+        // On a fresh instance `start` never ran, so ask the host which resource this is.
+        match host::lease().resource.as_str() {
+            "cleanup-trap" => panic!("deliberate cleanup trap"),
+            "cleanup-hang" => {
+                spin();
+            }
+            _ => {
+                let fresh = !STARTED.load(Ordering::SeqCst);
+                info(&format!(
+                    "cleanup reason={} fresh_instance={fresh}",
+                    kebab(reason)
+                ));
+            }
+        }
+    }
+}
+
+/// The well-behaved loop: tick every 100 ms, return as soon as the host asks.
+fn cooperative(token: u64) -> Result<(), String> {
+    loop {
+        info(&format!("tick token={token}"));
+        if host::sleep(100) == Wake::StopRequested {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes to stdout and stderr the way careless code does: a raw `print!`, an
+/// `eprintln!`, and a line full of terminal escapes (a colour and a window title).
+#[expect(
+    clippy::print_with_newline,
+    reason = "a raw write with its own newline is what the fixture exercises"
+)]
+fn write_noise() {
+    print!("plain stdout line\n");
+    eprintln!("stderr line");
+    println!("\x1b[31mred\x1b[0m text\x1b]0;title\x07 end");
+}
+
+/// Burns CPU forever without calling the host, so only an interrupt can stop it.
+fn spin() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates and fills 1 MiB chunks, keeping them all, until the allocator gives up.
+fn exhaust_memory() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        chunks.push(black_box(vec![1u8; 1 << 20]));
+        black_box(&chunks);
+    }
+}
+
+/// The reason as the WIT spells it.
+fn kebab(reason: CleanupReason) -> &'static str {
+    match reason {
+        CleanupReason::Moved => "moved",
+        CleanupReason::LeaseLost => "lease-lost",
+        CleanupReason::Shutdown => "shutdown",
+        CleanupReason::PluginUpdated => "plugin-updated",
+        CleanupReason::PluginRemoved => "plugin-removed",
+        CleanupReason::Released => "released",
+        CleanupReason::Failed => "failed",
+    }
+}
+
+fn info(message: &str) {
+    host::log(Level::Info, message);
+}
+
+export!(Misbehave);
