@@ -122,7 +122,10 @@ async fn shutdown_signal() {
             _ = int.recv() => {},
             _ = term.recv() => {},
         }
-        tracing::warn!("second signal: exiting without waiting for cleanups");
+        tracing::warn!(
+            event = crate::events::NODE_ABORTED,
+            "second signal: exiting without waiting for cleanups"
+        );
         std::process::exit(130);
     });
 }

@@ -1,13 +1,18 @@
 //! The names of the event log's events: the audit trail external checkers read.
 //!
-//! With `--log-format json` every log line is one JSON object; lines that are events
-//! carry `event` with one of these names. Keep them stable: they are a public contract
+//! With `--log-format json` every log line is one JSON object, and every line Tenure
+//! writes carries `event` with one of these names (a line from a library Tenure uses,
+//! such as a wasmtime warning, may lack it). Keep them stable: they are a public contract
 //! (DESIGN.md, "Event log").
 
 pub const NODE_STARTED: &str = "node.started";
 pub const NODE_READY: &str = "node.ready";
+pub const NODE_STOPPING: &str = "node.stopping";
 pub const NODE_STOPPED: &str = "node.stopped";
+pub const NODE_ABORTED: &str = "node.aborted";
+pub const NODE_SHUTDOWN_OVERRUN: &str = "node.shutdown_overrun";
 pub const CATALOG_REJECTED: &str = "catalog.rejected";
+pub const CATALOG_REMOVED: &str = "catalog.removed";
 pub const RESOURCE_PENDING: &str = "resource.pending";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
 pub const PLUGIN_STARTED: &str = "plugin.started";
@@ -18,3 +23,6 @@ pub const PLUGIN_RESTARTING: &str = "plugin.restarting";
 pub const PLUGIN_FAILED: &str = "plugin.failed";
 pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
 pub const OWNERSHIP_LOST: &str = "ownership.lost";
+pub const STORE_ERROR: &str = "store.error";
+pub const CACHE_ERROR: &str = "cache.error";
+pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";

@@ -97,7 +97,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     }
 
-    tracing::info!(node = %node.config.name, "shutting down: stopping every plugin");
+    tracing::info!(
+        event = events::NODE_STOPPING,
+        node = %node.config.name,
+        "shutting down: stopping every plugin"
+    );
     watcher.abort();
     let name = node.config.name.clone();
     node.shutdown().await;
@@ -141,7 +145,7 @@ impl Node {
             }
             Change::Removed(name) => {
                 if self.loaded.remove(&name).is_some() {
-                    tracing::info!(plugin = %name, "plugin removed from the folder");
+                    tracing::info!(event = events::CATALOG_REMOVED, plugin = %name, "plugin removed from the folder");
                     self.reconcile();
                 }
             }
@@ -185,7 +189,7 @@ impl Node {
                     version = %entry.manifest.version,
                     digest = %plugin.digest,
                     cache = plugin.cache.as_str(),
-                    load_ms = plugin.load_time.as_secs_f64() * 1000.0,
+                    load_us = plugin.load_time.as_micros() as u64,
                     "plugin loaded",
                 );
                 return Some(Arc::new(Loaded { entry, plugin }));
@@ -251,20 +255,16 @@ impl Node {
                 }
                 continue;
             }
-            if manifest.tickets > 1 {
-                if self.reported.insert(format!(
-                    "tickets {} {}",
-                    manifest.resource, manifest.tickets
-                )) {
-                    tracing::info!(
-                        event = events::RESOURCE_PENDING,
-                        resource = %manifest.resource,
-                        slots = %format!("1..{}", manifest.tickets),
-                        reason = "a node holds at most one slot of a resource; the others wait for more nodes",
-                        "resource {}: slot 0 runs here; slots 1..{} wait for more nodes",
-                        manifest.resource, manifest.tickets,
-                    );
-                }
+            let tickets_key = format!("tickets {} {}", manifest.resource, manifest.tickets);
+            if manifest.tickets > 1 && self.reported.insert(tickets_key) {
+                tracing::info!(
+                    event = events::RESOURCE_PENDING,
+                    resource = %manifest.resource,
+                    slots = %format!("1..{}", manifest.tickets),
+                    reason = "a node holds at most one slot of a resource; the others wait for more nodes",
+                    "resource {}: slot 0 runs here; slots 1..{} wait for more nodes",
+                    manifest.resource, manifest.tickets,
+                );
             }
             wanted.insert(manifest.resource.clone(), loaded.clone());
         }
@@ -303,6 +303,7 @@ impl Node {
         let all = futures_join(self.controllers.into_values().map(|c| c.task));
         if tokio::time::timeout(bound, all).await.is_err() {
             tracing::error!(
+                event = events::NODE_SHUTDOWN_OVERRUN,
                 bound_ms = bound.as_millis() as u64,
                 "some plugins did not stop within the shutdown bound; exiting anyway"
             );

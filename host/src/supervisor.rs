@@ -175,10 +175,10 @@ async fn take_grant(loaded: &Loaded, slot: u32, deps: &Deps) -> Grant {
                 return grant;
             }
             Ok(Err(err)) => {
-                tracing::error!(%resource, slot, error = %err, "cannot record a grant; retrying")
+                tracing::error!(event = events::STORE_ERROR, %resource, slot, error = %err, "cannot record a grant; retrying")
             }
             Err(err) => {
-                tracing::error!(%resource, slot, error = %err, "cannot record a grant; retrying")
+                tracing::error!(event = events::STORE_ERROR, %resource, slot, error = %err, "cannot record a grant; retrying")
             }
         }
         tokio::time::sleep(GRANT_RETRY).await;
@@ -373,7 +373,7 @@ impl<'a> Run<'a> {
         };
         if let Some(error) = error {
             // The grant dies with the process anyway, and any later grant supersedes it.
-            tracing::error!(resource = %grant.resource, slot, token, %error, "cannot record the release");
+            tracing::error!(event = events::STORE_ERROR, resource = %grant.resource, slot, token, %error, "cannot record the release");
         }
         tracing::info!(
             event = events::OWNERSHIP_LOST,

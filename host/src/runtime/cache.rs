@@ -76,7 +76,7 @@ impl CompileCache {
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, CacheUse::Hit)),
                 Err(err) => {
-                    tracing::warn!(path = %path.display(), error = %err, "discarding an unusable compile cache entry");
+                    tracing::warn!(event = crate::events::CACHE_ERROR, path = %path.display(), error = %err, "discarding an unusable compile cache entry");
                     let _ = std::fs::remove_file(&path);
                 }
             }
@@ -84,7 +84,7 @@ impl CompileCache {
         let component = compile(engine, wasm)?;
         if let Err(err) = self.store(&path, &component) {
             // The plugin still runs; only the next start pays for compiling again.
-            tracing::warn!(path = %path.display(), error = %err, "cannot write the compile cache");
+            tracing::warn!(event = crate::events::CACHE_ERROR, path = %path.display(), error = %err, "cannot write the compile cache");
         }
         Ok((component, CacheUse::Miss))
     }

@@ -97,7 +97,13 @@ impl Instance {
 }
 
 fn classify(store: &Store<HostState>, err: wasmtime::Error) -> Failure {
-    let error = sanitize(&format!("{err:#}").replace('\n', " | "));
+    // A trap's own message ("wasm `unreachable` instruction executed") says what
+    // happened; the wasm backtrace around it is noise in an event. Other errors (a host
+    // call failing, instantiation) keep their whole chain.
+    let error = match err.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => sanitize(&format!("{err:#}").replace('\n', " | ")),
+    };
     if let Some(requested) = store.data().memory.refused {
         return Failure::OutOfMemory {
             limit: store.data().ctx.memory_limit,

@@ -206,6 +206,7 @@ impl Runtime {
             Ok(engine) => (engine, true),
             Err(err) => {
                 tracing::warn!(
+                    event = crate::events::RUNTIME_ON_DEMAND,
                     error = %err,
                     "the pooling allocator is unavailable on this machine; using on-demand allocation (slower instantiation)"
                 );

@@ -159,6 +159,11 @@ impl LineWriter {
         let text = String::from_utf8_lossy(&self.pending);
         let text = text.strip_suffix('\n').unwrap_or(&text);
         let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.trim().is_empty() {
+            // Blank lines (Rust's panic output starts with one) carry nothing.
+            self.pending.clear();
+            return;
+        }
         let level = match self.sink.stream {
             Stream::Stderr => Level::Warn,
             _ => Level::Info,
