@@ -8,7 +8,7 @@
 //! slot was granted again, the node's lease expired...) the plugin stops with an error
 //! instead of going on as if the count were recorded.
 
-wit_bindgen::generate!({ world: "owned-task", path: "/tmp/tenure-wit" });
+wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
 
 use tenure::plugin::host::{self, Level, Wake};
 use tenure::plugin::state;

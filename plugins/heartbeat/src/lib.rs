@@ -13,12 +13,14 @@
 //!   `start` trapped or was interrupted), so it must not rely on memory `start` set, and it
 //!   should be idempotent.
 //!
-//! Build it with `cargo build --target wasm32-wasip2 --profile plugin -p heartbeat`, then
-//! copy `heartbeat.wasm` into the node's plugins folder.
+//! Build it with `cargo build --target wasm32-wasip2 --profile plugin -p heartbeat` (the
+//! target emits a component directly), then copy
+//! `target/wasm32-wasip2/plugin/heartbeat.wasm` into the node's plugins folder. Without a
+//! manifest beside it, the resource is named after the file: `heartbeat`.
 
 // Generates the Rust bindings for the plugin contract: the `Guest` trait to implement
 // (the `start` and `cleanup` exports) and the host's imports (`host`, `state`).
-wit_bindgen::generate!({ world: "owned-task", path: "/tmp/tenure-wit" });
+wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
 
 use tenure::plugin::host::{self, Level, Wake};
 

@@ -21,7 +21,7 @@
 //! spelled as in the WIT, and `fresh_instance` true when `start` never ran on this
 //! instance: the tests read it to check on which instance the host ran `cleanup`.
 
-wit_bindgen::generate!({ world: "owned-task", path: "/tmp/tenure-wit" });
+wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

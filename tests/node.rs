@@ -1,0 +1,218 @@
+//! The node as a whole, seen from outside: what survives a restart (the resource's state,
+//! the compile cache, the growth of fencing tokens), the order of a clean shutdown with
+//! several plugins, the shape of the JSON event log, and strict config parsing.
+
+mod support;
+
+use serde_json::Value;
+use support::*;
+
+/// The `n` in a counter log line `count={n} token={t}`.
+fn count_of(event: &Value) -> Option<u64> {
+    message(event)
+        .strip_prefix("count=")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn counts(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|e| log_starting("counter", "count=")(e))
+        .filter_map(count_of)
+        .collect()
+}
+
+#[test]
+fn state_survives_a_restart() {
+    let mut node = Node::new("state");
+    node.install("counter.wasm", plugins().counter_bytes());
+    node.spawn();
+
+    eprintln!("phase: count to at least 2");
+    let first_start = node.wait_for(
+        "counter started",
+        is("plugin.started").with("resource", "counter").f(),
+        WAIT,
+    );
+    node.wait_for("count=2", log_starting("counter", "count=2 "), WAIT);
+    node.signal(libc::SIGINT);
+    assert!(node.wait_exit(WAIT).success(), "{}", node.tail());
+    let before = counts(&node.events());
+    let last_before = *before.iter().max().expect("counts before the restart");
+    assert_eq!(
+        before,
+        (1..=last_before).collect::<Vec<_>>(),
+        "the first run counts up from 1"
+    );
+
+    eprintln!("phase: restart on the same data dir; the count goes on");
+    node.restart();
+    let second_start = node.wait_for(
+        "counter started again",
+        is("plugin.started").with("resource", "counter").f(),
+        WAIT,
+    );
+    assert!(
+        token(&second_start) > token(&first_start),
+        "fencing tokens grow across restarts: {} then {}",
+        token(&first_start),
+        token(&second_start)
+    );
+    let first_after = node.wait_for(
+        "a count after the restart",
+        log_starting("counter", "count="),
+        WAIT,
+    );
+    let n = count_of(&first_after).expect("a count");
+    assert!(
+        n > last_before,
+        "the count restarted at {n}, the last saved was {last_before}"
+    );
+    node.signal(libc::SIGINT);
+    assert!(node.wait_exit(WAIT).success());
+}
+
+#[test]
+fn compiled_plugins_are_cached_across_restarts() {
+    let mut node = Node::new("cache");
+    node.install("heartbeat.wasm", plugins().heartbeat_bytes());
+    node.spawn();
+
+    let first = node.wait_for(
+        "plugin.loaded",
+        is("plugin.loaded").with("plugin", "heartbeat").f(),
+        WAIT,
+    );
+    assert_eq!(
+        first["cache"], "miss",
+        "a fresh data dir has no cache: {first}"
+    );
+    node.wait_for(
+        "heartbeat started",
+        is("plugin.started").with("resource", "heartbeat").f(),
+        WAIT,
+    );
+    node.signal(libc::SIGINT);
+    assert!(node.wait_exit(WAIT).success());
+
+    eprintln!("phase: restart; the same wasm is loaded from the cache");
+    node.restart();
+    let second = node.wait_for(
+        "plugin.loaded again",
+        is("plugin.loaded").with("plugin", "heartbeat").f(),
+        WAIT,
+    );
+    assert_eq!(second["cache"], "hit", "{second}");
+    assert_eq!(second["digest"], first["digest"], "same bytes, same digest");
+    node.wait_for(
+        "heartbeat started from the cache",
+        is("plugin.started").with("resource", "heartbeat").f(),
+        WAIT,
+    );
+    node.signal(libc::SIGINT);
+    assert!(node.wait_exit(WAIT).success());
+}
+
+#[test]
+fn clean_shutdown_cleans_up_every_plugin_before_the_node_stops() {
+    let mut node = Node::new("shutdown");
+    node.install("heartbeat.wasm", plugins().heartbeat_bytes());
+    node.install("counter.wasm", plugins().counter_bytes());
+    node.install_fixture("cooperative", FAST_LIMITS);
+    node.install_fixture("returns", FAST_LIMITS);
+    node.spawn();
+
+    eprintln!("phase: four plugins start");
+    let ready = node.wait_for("node.ready", is("node.ready").f(), WAIT);
+    for resource in ["heartbeat", "counter", "cooperative", "returns"] {
+        node.wait_for(
+            &format!("{resource} started"),
+            is("plugin.started").with("resource", resource).f(),
+            WAIT,
+        );
+    }
+    node.wait_for(
+        "returns returned",
+        is("plugin.stopped").with("resource", "returns").f(),
+        WAIT,
+    );
+
+    eprintln!("phase: SIGTERM");
+    node.signal(libc::SIGTERM);
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "exit status {status}\n{}", node.tail());
+    let events = node.events();
+    assert_every_start_cleaned_up(&events);
+    for (_, cleanup) in all(&events, is("plugin.cleanup").f()) {
+        assert_eq!(cleanup["reason"], "shutdown", "{cleanup}");
+        assert_eq!(cleanup["outcome"], "ok", "{cleanup}");
+    }
+    assert_eq!(node.count(is("plugin.cleanup").f()), 4);
+
+    eprintln!("phase: the event log's order and shape");
+    let started_at = events
+        .iter()
+        .position(|e| is("node.started").matches(e))
+        .expect("node.started");
+    let stopped_at = events
+        .iter()
+        .position(|e| is("node.stopped").matches(e))
+        .expect("node.stopped");
+    assert!(started_at < index_of(&events, &ready));
+    let stopped = &events[stopped_at];
+    assert_eq!(stopped["node"], ready["node"], "{stopped}");
+    assert!(
+        events[stopped_at + 1..]
+            .iter()
+            .all(|e| !e["event"].as_str().unwrap_or("").starts_with("plugin.")),
+        "plugin events after node.stopped"
+    );
+    let node_started = &events[started_at];
+    assert!(node_started["data_dir"].is_string(), "{node_started}");
+    assert!(node_started["plugins_dir"].is_string(), "{node_started}");
+    for (stream, line) in node.lines() {
+        if stream != Stream::Stdout {
+            continue;
+        }
+        let event: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("a stdout line is not JSON ({e}): {line}"));
+        // Every line Tenure writes names its event (DESIGN.md, "Event log").
+        for key in ["timestamp", "level", "event", "message"] {
+            assert!(event[key].is_string(), "no string `{key}`: {line}");
+        }
+        assert!(
+            str_field(&event, "timestamp").ends_with('Z'),
+            "timestamps are UTC: {line}"
+        );
+        timestamp_us(&event);
+        assert!(
+            ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"].contains(&str_field(&event, "level")),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_config_key_is_an_error_naming_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tenure.toml");
+    std::fs::write(&config, "bogus = 1\n").unwrap();
+    let config = config.to_str().unwrap();
+    let output = tenure(&["run", "--config", config], dir.path());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !output.status.success(),
+        "the node accepted `bogus`:\n{said}"
+    );
+    assert!(
+        said.contains("bogus") && said.contains(config),
+        "the error names the key and the file:\n{said}"
+    );
+}

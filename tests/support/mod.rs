@@ -1,0 +1,864 @@
+//! The harness for tests that run the real `tenure` binary.
+//!
+//! A test builds the guest plugins once ([`plugins`]), makes a [`Node`] (a temp dir with
+//! `data/` and `plugins/`), puts plugins in its folder, spawns `tenure run --log-format
+//! json` and then reads the node's event log: every stdout line is parsed as one JSON
+//! object and kept, in order, so a test can wait for an event ([`Node::wait_for`]) and
+//! check orderings and counts afterwards ([`Node::events`], [`index_of`]).
+//!
+//! Rules the harness follows so that tests stay honest and quick:
+//! - Nothing sleeps to let something happen: every wait is for a condition on the log,
+//!   with a generous bound ([`WAIT`]), and a wait fails at once when the node exits.
+//! - A failed wait says what it waited for and shows the last lines the node wrote.
+//! - The child process is killed when the [`Node`] is dropped, so a failing test leaves
+//!   nothing running.
+//!
+//! What it does not do: start clusters of several nodes. It drives one node through its
+//! plugins folder and signals.
+
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the harness"
+)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Manifest limits that keep fixture tests quick: a short stop grace and cleanup budget.
+pub const FAST_LIMITS: &str =
+    "memory = \"16MiB\"\nstop_grace = \"200ms\"\ncleanup_timeout = \"1s\"\n";
+
+/// The bound for one wait on the node: generous, because tests run in parallel on a
+/// small machine and a passing wait returns as soon as its condition holds.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How many of the node's last output lines a failure message shows.
+const TAIL_LINES: usize = 40;
+
+/// The guest plugins, built for `wasm32-wasip2`.
+#[derive(Debug)]
+pub struct Plugins {
+    /// The `heartbeat` example: logs `tick {n} token={token}` every second.
+    pub heartbeat: PathBuf,
+    /// The `counter` example: a count kept in the resource's state.
+    pub counter: PathBuf,
+    /// The `misbehave` fixture: the behaviour is chosen by the resource name.
+    pub misbehave: PathBuf,
+}
+
+impl Plugins {
+    pub fn heartbeat_bytes(&self) -> Vec<u8> {
+        read(&self.heartbeat)
+    }
+
+    pub fn counter_bytes(&self) -> Vec<u8> {
+        read(&self.counter)
+    }
+
+    pub fn misbehave_bytes(&self) -> Vec<u8> {
+        read(&self.misbehave)
+    }
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Builds the three plugins, once per test process, and returns their paths.
+///
+/// Runs the same cargo that runs the tests, in the workspace root, with the test's own
+/// target dir, so the plugins share the build cache with everything else.
+pub fn plugins() -> &'static Plugins {
+    static PLUGINS: OnceLock<Plugins> = OnceLock::new();
+    PLUGINS.get_or_init(|| {
+        let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let target_dir = target_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        eprintln!(
+            "[harness] building the plugins into {}",
+            target_dir.display()
+        );
+        let started = Instant::now();
+        let output = Command::new(&cargo)
+            .args(["build", "--target", "wasm32-wasip2", "--profile", "plugin"])
+            .args(["-p", "heartbeat", "-p", "counter", "-p", "misbehave"])
+            .current_dir(workspace)
+            .env("CARGO_TARGET_DIR", &target_dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
+        if !output.status.success() {
+            panic!(
+                "building the plugins failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        eprintln!("[harness] plugins built in {:?}", started.elapsed());
+        let dir = target_dir.join("wasm32-wasip2").join("plugin");
+        let plugins = Plugins {
+            heartbeat: dir.join("heartbeat.wasm"),
+            counter: dir.join("counter.wasm"),
+            misbehave: dir.join("misbehave.wasm"),
+        };
+        for path in [&plugins.heartbeat, &plugins.counter, &plugins.misbehave] {
+            assert!(path.is_file(), "cargo built no {}", path.display());
+        }
+        plugins
+    })
+}
+
+/// The target dir this test binary was built in: it runs as
+/// `<target>/[<triple>/]<profile>/deps/<test>`, and cargo marks `<target>` with a
+/// `CACHEDIR.TAG` file.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().expect("the deps dir");
+    let profile = deps.parent().expect("the profile dir");
+    let candidate = profile.parent().expect("the target dir");
+    if candidate.join("CACHEDIR.TAG").exists() {
+        return candidate.to_path_buf();
+    }
+    match candidate.parent() {
+        Some(above) if above.join("CACHEDIR.TAG").exists() => above.to_path_buf(),
+        _ => candidate.to_path_buf(),
+    }
+}
+
+/// Runs `tenure ARGS` to completion (bounded by [`WAIT`]) with a clean environment.
+pub fn tenure(args: &[&str], cwd: &Path) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command.args(args).current_dir(cwd);
+    clean_env(&mut command);
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning tenure");
+    wait_output(child, WAIT, &format!("tenure {}", args.join(" ")))
+}
+
+/// Waits for a child to exit and collects its output; kills it and panics after `timeout`.
+fn wait_output(mut child: Child, timeout: Duration, what: &str) -> Output {
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        buf
+    });
+    let err = thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf);
+        buf
+    });
+    let Some(status) = wait_child(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        panic!(
+            "`{what}` did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Polls a child until it exits or `timeout` passes.
+fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Removes what the developer's shell may have set that would change the node's
+/// behaviour: Tenure's own settings and the log filter.
+fn clean_env(command: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("TENURE_") || key_str == "RUST_LOG" {
+            command.env_remove(&key);
+        }
+    }
+}
+
+/// Which stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// What one run of the node wrote, shared with the reader threads.
+struct Capture {
+    state: Mutex<Captured>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Captured {
+    /// Every line, as written, for failure messages.
+    lines: Vec<(Stream, String)>,
+    /// The stdout lines that parsed as JSON objects: the event log.
+    events: Vec<Value>,
+    /// How many of stdout and stderr are still open.
+    open: usize,
+}
+
+impl Capture {
+    fn new() -> Arc<Self> {
+        Arc::new(Capture {
+            state: Mutex::new(Captured {
+                open: 2,
+                ..Captured::default()
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn read(self: Arc<Self>, stream: Stream, source: impl Read + Send + 'static) {
+        thread::spawn(move || {
+            let mut reader = BufReader::new(source);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&buf)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string();
+                let event = match stream {
+                    Stream::Stdout => serde_json::from_str::<Value>(&line)
+                        .ok()
+                        .filter(Value::is_object),
+                    Stream::Stderr => None,
+                };
+                let mut state = self.state.lock().unwrap();
+                state.lines.push((stream, line));
+                if let Some(event) = event {
+                    state.events.push(event);
+                }
+                drop(state);
+                self.changed.notify_all();
+            }
+            self.state.lock().unwrap().open -= 1;
+            self.changed.notify_all();
+        });
+    }
+
+    fn tail(&self) -> String {
+        let state = self.state.lock().unwrap();
+        tail_of(&state.lines)
+    }
+}
+
+fn tail_of(lines: &[(Stream, String)]) -> String {
+    let start = lines.len().saturating_sub(TAIL_LINES);
+    let mut text = String::new();
+    for (stream, line) in &lines[start..] {
+        let tag = match stream {
+            Stream::Stdout => "out",
+            Stream::Stderr => "err",
+        };
+        text.push_str(&format!("  {tag}| {line}\n"));
+    }
+    if text.is_empty() {
+        text.push_str("  (no output)\n");
+    }
+    text
+}
+
+/// One running `tenure` process and what it wrote.
+struct Run {
+    child: Child,
+    capture: Arc<Capture>,
+    exit: Option<ExitStatus>,
+}
+
+/// A single node: its directories and, once spawned, its process.
+pub struct Node {
+    name: String,
+    dir: TempDir,
+    config: Option<PathBuf>,
+    run: Option<Run>,
+}
+
+impl Node {
+    /// A node with empty `data/` and `plugins/` dirs, not yet running. `name` only labels
+    /// the harness's narration.
+    pub fn new(name: &str) -> Node {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("tenure-{name}-"))
+            .tempdir()
+            .expect("creating the node's temp dir");
+        fs::create_dir(dir.path().join("data")).unwrap();
+        fs::create_dir(dir.path().join("plugins")).unwrap();
+        Node {
+            name: name.to_string(),
+            dir,
+            config: None,
+            run: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    /// Runs the node with `--config FILE` from now on.
+    pub fn set_config(&mut self, file: PathBuf) {
+        self.config = Some(file);
+    }
+
+    /// Starts `tenure run --log-format json` on this node's dirs.
+    pub fn spawn(&mut self) {
+        assert!(self.run.is_none(), "node {} is already running", self.name);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command.arg("run").args(["--log-format", "json"]);
+        if let Some(config) = &self.config {
+            command.arg("--config").arg(config);
+        }
+        clean_env(&mut command);
+        command
+            .env("TENURE_DATA_DIR", self.data_dir())
+            .env("TENURE_PLUGINS_DIR", self.plugins_dir())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawning tenure run");
+        eprintln!("[{}] spawned tenure run (pid {})", self.name, child.id());
+        let capture = Capture::new();
+        capture
+            .clone()
+            .read(Stream::Stdout, child.stdout.take().unwrap());
+        capture
+            .clone()
+            .read(Stream::Stderr, child.stderr.take().unwrap());
+        self.run = Some(Run {
+            child,
+            capture,
+            exit: None,
+        });
+    }
+
+    /// Spawns the node again on the same dirs, after it exited. Events of the previous
+    /// run are dropped: [`Node::events`] then shows only the new process's.
+    pub fn restart(&mut self) {
+        if let Some(mut run) = self.run.take()
+            && run.exit.is_none()
+        {
+            let _ = run.child.kill();
+            let _ = run.child.wait();
+        }
+        eprintln!("[{}] restarting on the same dirs", self.name);
+        self.spawn();
+    }
+
+    fn run(&self) -> &Run {
+        self.run
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {} was never spawned", self.name))
+    }
+
+    /// The events (stdout JSON objects) of the current run so far, in order.
+    pub fn events(&self) -> Vec<Value> {
+        self.run().capture.state.lock().unwrap().events.clone()
+    }
+
+    /// How many events of the current run match.
+    pub fn count(&self, predicate: impl Fn(&Value) -> bool) -> usize {
+        let state = self.run().capture.state.lock().unwrap();
+        state.events.iter().filter(|e| predicate(e)).count()
+    }
+
+    /// Every line the current run wrote, stdout and stderr, as text.
+    pub fn lines(&self) -> Vec<(Stream, String)> {
+        self.run().capture.state.lock().unwrap().lines.clone()
+    }
+
+    /// The stderr of the current run, as text.
+    pub fn stderr(&self) -> String {
+        let state = self.run().capture.state.lock().unwrap();
+        let lines: Vec<&str> = state
+            .lines
+            .iter()
+            .filter(|(s, _)| *s == Stream::Stderr)
+            .map(|(_, l)| l.as_str())
+            .collect();
+        lines.join("\n")
+    }
+
+    /// Waits for the first event that matches and returns it.
+    pub fn wait_for(
+        &self,
+        description: &str,
+        predicate: impl Fn(&Value) -> bool,
+        timeout: Duration,
+    ) -> Value {
+        self.wait_for_from(description, 0, predicate, timeout).1
+    }
+
+    /// Waits for the first event at index `from` or later that matches, and returns its
+    /// index and the event.
+    pub fn wait_for_from(
+        &self,
+        description: &str,
+        from: usize,
+        predicate: impl Fn(&Value) -> bool,
+        timeout: Duration,
+    ) -> (usize, Value) {
+        let mut found = None;
+        self.wait_until(
+            description,
+            |events| {
+                found = events
+                    .iter()
+                    .enumerate()
+                    .skip(from)
+                    .find(|(_, e)| predicate(e))
+                    .map(|(i, e)| (i, e.clone()));
+                found.is_some()
+            },
+            timeout,
+        );
+        found.expect("the condition held")
+    }
+
+    /// Waits until a condition on all the events so far holds.
+    pub fn wait_until(
+        &self,
+        description: &str,
+        mut condition: impl FnMut(&[Value]) -> bool,
+        timeout: Duration,
+    ) {
+        let capture = &self.run().capture;
+        let deadline = Instant::now() + timeout;
+        let mut state = capture.state.lock().unwrap();
+        loop {
+            if condition(&state.events) {
+                return;
+            }
+            if state.open == 0 {
+                let tail = tail_of(&state.lines);
+                drop(state);
+                panic!(
+                    "[{}] the node exited while waiting for: {description}\nlast output:\n{tail}",
+                    self.name
+                );
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let tail = tail_of(&state.lines);
+                drop(state);
+                panic!(
+                    "[{}] timed out after {timeout:?} waiting for: {description}\nlast output:\n{tail}",
+                    self.name
+                );
+            }
+            state = capture
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// Writes a file into the plugins folder atomically: the watcher never sees it
+    /// half-written, because it is written under a name that is neither `.wasm` nor
+    /// `.toml` and then renamed.
+    pub fn install(&self, file_name: &str, bytes: impl AsRef<[u8]>) {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = self.plugins_dir();
+        let temp = dir.join(format!(
+            ".{file_name}.{}.partial",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::write(&temp, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", temp.display()));
+        fs::rename(&temp, dir.join(file_name)).unwrap();
+        eprintln!("[{}] installed plugins/{file_name}", self.name);
+    }
+
+    /// Installs the `misbehave` fixture as `<behaviour>.wasm` with a manifest naming the
+    /// resource `behaviour` (which selects the behaviour) and the given `[limits]` lines.
+    /// The manifest goes first, so the watcher never sees the wasm without it.
+    pub fn install_fixture(&self, behaviour: &str, limits: &str) {
+        self.install(
+            &format!("{behaviour}.toml"),
+            format!("resource = \"{behaviour}\"\n\n[limits]\n{limits}"),
+        );
+        self.install(&format!("{behaviour}.wasm"), plugins().misbehave_bytes());
+    }
+
+    /// Removes a file from the plugins folder.
+    pub fn remove(&self, file_name: &str) {
+        fs::remove_file(self.plugins_dir().join(file_name)).unwrap();
+        eprintln!("[{}] removed plugins/{file_name}", self.name);
+    }
+
+    /// Sends a signal (e.g. `libc::SIGINT`) to the node.
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = self.run().child.id() as libc::pid_t;
+        eprintln!("[{}] sending signal {signal} to pid {pid}", self.name);
+        // SAFETY: `kill` has no memory-safety preconditions; the pid is our own child,
+        // which has not been reaped yet (we hold its `Child`), so it cannot be reused.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Waits for the node to exit and returns its status; panics after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let name = self.name.clone();
+        let run = self
+            .run
+            .as_mut()
+            .unwrap_or_else(|| panic!("node {name} was never spawned"));
+        let status = match run.exit {
+            Some(status) => status,
+            None => {
+                let Some(status) = wait_child(&mut run.child, timeout) else {
+                    panic!(
+                        "[{name}] did not exit within {timeout:?}\nlast output:\n{}",
+                        run.capture.tail()
+                    );
+                };
+                run.exit = Some(status);
+                status
+            }
+        };
+        // Let the readers drain what the process wrote before it exited.
+        let capture = run.capture.clone();
+        let deadline = Instant::now() + WAIT;
+        let mut state = capture.state.lock().unwrap();
+        while state.open > 0 && Instant::now() < deadline {
+            state = capture
+                .changed
+                .wait_timeout(state, Duration::from_millis(100))
+                .unwrap()
+                .0;
+        }
+        eprintln!("[{name}] exited: {status}");
+        status
+    }
+
+    /// Kills the node at once (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(run) = self.run.as_mut()
+            && run.exit.is_none()
+        {
+            let _ = run.child.kill();
+            run.exit = run.child.wait().ok();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.run.as_mut() {
+            Some(run) if run.exit.is_none() => match run.child.try_wait() {
+                Ok(Some(status)) => {
+                    run.exit = Some(status);
+                    false
+                }
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+
+    /// The last lines the current run wrote, for assertion messages.
+    pub fn tail(&self) -> String {
+        match &self.run {
+            Some(run) => run.capture.tail(),
+            None => "  (never spawned)\n".to_string(),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if thread::panicking()
+            && let Some(run) = &self.run
+        {
+            eprintln!(
+                "[{}] test failed; the node's last output:\n{}",
+                self.name,
+                run.capture.tail()
+            );
+        }
+        self.kill();
+    }
+}
+
+// ---- Reading events -------------------------------------------------------------------
+
+/// A predicate on events: `is("plugin.stopped").with("resource", "busy")`.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    event: String,
+    fields: Vec<(String, Value)>,
+}
+
+/// Matches events named `event`.
+pub fn is(event: &str) -> Filter {
+    Filter {
+        event: event.to_string(),
+        fields: Vec::new(),
+    }
+}
+
+impl Filter {
+    /// Also requires `key` to equal `value`.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Filter {
+        self.fields.push((key.to_string(), value.into()));
+        self
+    }
+
+    pub fn matches(&self, event: &Value) -> bool {
+        event["event"] == self.event.as_str()
+            && self.fields.iter().all(|(key, value)| &event[key] == value)
+    }
+
+    /// As a closure, for [`Node::wait_for`] and friends.
+    pub fn f(self) -> impl Fn(&Value) -> bool {
+        move |event| self.matches(event)
+    }
+}
+
+/// A `plugin.log` event of `resource` whose message starts with `prefix`.
+pub fn log_starting(resource: &str, prefix: &str) -> impl Fn(&Value) -> bool {
+    let resource = resource.to_string();
+    let prefix = prefix.to_string();
+    move |e| {
+        e["event"] == "plugin.log"
+            && e["resource"] == resource.as_str()
+            && message(e).starts_with(&prefix)
+    }
+}
+
+/// A `plugin.log` event of `resource` whose message is exactly `text`.
+pub fn log_exact(resource: &str, text: &str) -> impl Fn(&Value) -> bool {
+    let resource = resource.to_string();
+    let text = text.to_string();
+    move |e| e["event"] == "plugin.log" && e["resource"] == resource.as_str() && message(e) == text
+}
+
+/// The event's `message`, or "".
+pub fn message(event: &Value) -> &str {
+    event["message"].as_str().unwrap_or("")
+}
+
+/// A string field, panicking with the event when it is missing.
+pub fn str_field<'a>(event: &'a Value, key: &str) -> &'a str {
+    event[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("event has no string `{key}`: {event}"))
+}
+
+/// A number field, panicking with the event when it is missing.
+pub fn u64_field(event: &Value, key: &str) -> u64 {
+    event[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("event has no number `{key}`: {event}"))
+}
+
+/// The event's fencing token.
+pub fn token(event: &Value) -> u64 {
+    u64_field(event, "token")
+}
+
+/// The index of the first event equal to `event`.
+pub fn index_of(events: &[Value], event: &Value) -> usize {
+    events
+        .iter()
+        .position(|e| e == event)
+        .unwrap_or_else(|| panic!("event not in the log: {event}"))
+}
+
+/// The indices and events that match.
+pub fn all<'a>(
+    events: &'a [Value],
+    predicate: impl Fn(&Value) -> bool + 'a,
+) -> impl Iterator<Item = (usize, &'a Value)> + 'a {
+    events.iter().enumerate().filter(move |(_, e)| predicate(e))
+}
+
+/// The event's `timestamp` in microseconds since the Unix epoch. Accepts RFC 3339 in
+/// UTC (`2026-11-22T03:50:12.123456Z`), with any number of fraction digits.
+pub fn timestamp_us(event: &Value) -> i64 {
+    let text = str_field(event, "timestamp");
+    parse_rfc3339_utc(text).unwrap_or_else(|| panic!("not an RFC 3339 UTC timestamp: {text}"))
+}
+
+fn parse_rfc3339_utc(text: &str) -> Option<i64> {
+    let text = text
+        .strip_suffix('Z')
+        .or_else(|| text.strip_suffix("+00:00"))?;
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut date = date.splitn(3, '-');
+    let year: i64 = date.next()?.parse().ok()?;
+    let month: i64 = date.next()?.parse().ok()?;
+    let day: i64 = date.next()?.parse().ok()?;
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut hms = hms.splitn(3, ':');
+    let hour: i64 = hms.next()?.parse().ok()?;
+    let minute: i64 = hms.next()?.parse().ok()?;
+    let second: i64 = hms.next()?.parse().ok()?;
+    let mut micros: i64 = 0;
+    for (i, digit) in fraction.chars().take(6).enumerate() {
+        micros += i64::from(digit.to_digit(10)?) * 10_i64.pow(5 - i as u32);
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000_000 + second * 1_000_000 + micros)
+}
+
+/// Milliseconds from event `a` to event `b`, by their timestamps.
+pub fn ms_between(a: &Value, b: &Value) -> i64 {
+    (timestamp_us(b) - timestamp_us(a)) / 1000
+}
+
+/// Checks the contract "cleanup at most once per start" on a whole log: for every token
+/// that had a `plugin.started` and a `plugin.stopped`, exactly one `plugin.cleanup`, after
+/// the stop; and never a cleanup for a token that was not started.
+pub fn assert_cleanup_once_per_start(events: &[Value]) {
+    let started: Vec<(usize, &Value)> = all(events, is("plugin.started").f()).collect();
+    for (started_at, start) in &started {
+        let t = token(start);
+        let resource = str_field(start, "resource");
+        let stopped: Vec<usize> = all(events, |e| {
+            e["event"] == "plugin.stopped" && e["token"] == t && e["resource"] == resource
+        })
+        .map(|(i, _)| i)
+        .collect();
+        let cleanups: Vec<usize> = all(events, |e| {
+            e["event"] == "plugin.cleanup" && e["token"] == t && e["resource"] == resource
+        })
+        .map(|(i, _)| i)
+        .collect();
+        assert!(
+            stopped.len() <= 1,
+            "{resource} token {t}: {} plugin.stopped events",
+            stopped.len()
+        );
+        if let Some(&stopped_at) = stopped.first() {
+            assert!(
+                stopped_at > *started_at,
+                "{resource} token {t}: stopped before started"
+            );
+            assert_eq!(
+                cleanups.len(),
+                1,
+                "{resource} token {t}: expected exactly one plugin.cleanup, got {}",
+                cleanups.len()
+            );
+            assert!(
+                cleanups[0] > stopped_at,
+                "{resource} token {t}: plugin.cleanup came before plugin.stopped"
+            );
+        } else {
+            assert!(
+                cleanups.len() <= 1,
+                "{resource} token {t}: {} plugin.cleanup events",
+                cleanups.len()
+            );
+        }
+    }
+    for (_, cleanup) in all(events, is("plugin.cleanup").f()) {
+        let t = token(cleanup);
+        assert!(
+            started
+                .iter()
+                .any(|(_, s)| s["token"] == t && s["resource"] == cleanup["resource"]),
+            "plugin.cleanup for a token that never started: {cleanup}"
+        );
+    }
+}
+
+/// After a clean shutdown: every start was stopped once and cleaned up once, and all of
+/// that happened before `node.stopped`.
+pub fn assert_every_start_cleaned_up(events: &[Value]) {
+    assert_cleanup_once_per_start(events);
+    let node_stopped = events
+        .iter()
+        .position(|e| is("node.stopped").matches(e))
+        .expect("a node.stopped event");
+    for (_, start) in all(events, is("plugin.started").f()) {
+        let t = token(start);
+        let resource = str_field(start, "resource");
+        for kind in ["plugin.stopped", "plugin.cleanup"] {
+            let found: Vec<usize> = all(events, |e| {
+                e["event"] == kind && e["token"] == t && e["resource"] == resource
+            })
+            .map(|(i, _)| i)
+            .collect();
+            assert_eq!(
+                found.len(),
+                1,
+                "{resource} token {t}: {} {kind} events",
+                found.len()
+            );
+            assert!(
+                found[0] < node_stopped,
+                "{resource} token {t}: {kind} after node.stopped"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rfc3339_utc;
+
+    #[test]
+    fn parses_rfc3339() {
+        assert_eq!(parse_rfc3339_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_rfc3339_utc("1970-01-02T00:00:01.5Z"),
+            Some(86_401_500_000)
+        );
+        // 2026-11-22T03:50:12.123456Z, from `date -u -d ... +%s`: 1795319412.
+        assert_eq!(
+            parse_rfc3339_utc("2026-11-22T03:50:12.123456Z"),
+            Some(1_795_319_412_123_456)
+        );
+    }
+}
