@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod node;
 pub mod ownership;
+pub mod pki;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;
