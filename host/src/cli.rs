@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::catalog;
 use crate::config::{Config, Overrides};
+use crate::pki;
 use crate::runtime::Runtime;
 
 /// Tenure: a WebAssembly plugin host for owned tasks.
@@ -28,6 +29,71 @@ pub enum Command {
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Cluster certificates: a CA, node and operator certificates, rotation.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Create a cluster CA: DIR/ca.pem and DIR/ca.key (mode 0600).
+    Init {
+        /// Folder for ca.pem and ca.key (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Key algorithm: ed25519 or p256.
+        #[arg(long, default_value = "ed25519")]
+        algo: pki::Algo,
+        /// Validity in days.
+        #[arg(long, default_value_t = pki::DEFAULT_CA_VALIDITY_DAYS)]
+        days: u32,
+        /// Replace an existing CA in DIR.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue a node or operator certificate signed by the CA: NAME.pem and NAME.key.
+    #[command(group(clap::ArgGroup::new("subject").required(true).args(["node", "operator"])))]
+    Issue {
+        /// Folder holding ca.pem and ca.key.
+        #[arg(long)]
+        ca: PathBuf,
+        /// Issue a node certificate (SAN URI:tenure://node/NAME and DNS:NAME).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Issue an operator certificate (SAN URI:tenure://operator/NAME).
+        #[arg(long, value_name = "NAME")]
+        operator: Option<String>,
+        /// Folder for NAME.pem and NAME.key.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Validity in days.
+        #[arg(long, default_value_t = pki::DEFAULT_LEAF_VALIDITY_DAYS)]
+        days: u32,
+        /// Key algorithm (default: the CA's).
+        #[arg(long)]
+        algo: Option<pki::Algo>,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Replace a node's key and certificate in place, atomically.
+    Rotate {
+        /// Folder holding ca.pem and ca.key.
+        #[arg(long)]
+        ca: PathBuf,
+        /// The node's name (must match the current certificate).
+        #[arg(long)]
+        node: String,
+        /// The node's certificate file.
+        #[arg(long)]
+        cert: PathBuf,
+        /// The node's key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// Validity of the new certificate in days.
+        #[arg(long, default_value_t = pki::DEFAULT_LEAF_VALIDITY_DAYS)]
+        days: u32,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -175,5 +241,69 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         plugin.load_time.as_secs_f64() * 1000.0
     );
     println!("  imports    {}", imports.join("\n             "));
+    Ok(())
+}
+
+/// `tenure certs ...`.
+pub fn certs(command: CertsCommand) -> anyhow::Result<()> {
+    let if_exists = |force: bool| {
+        if force {
+            pki::IfExists::Overwrite
+        } else {
+            pki::IfExists::Refuse
+        }
+    };
+    match command {
+        CertsCommand::Init {
+            out,
+            algo,
+            days,
+            force,
+        } => {
+            let (cert, key) = pki::init_ca(&out, algo, days, if_exists(force))?;
+            println!(
+                "wrote {} and {} ({algo}, {days} days)",
+                cert.display(),
+                key.display()
+            );
+        }
+        CertsCommand::Issue {
+            ca,
+            node,
+            operator,
+            out,
+            days,
+            algo,
+            force,
+        } => {
+            let subject = match (node, operator) {
+                (Some(name), None) => pki::Subject::Node(name),
+                (None, Some(name)) => pki::Subject::Operator(name),
+                _ => unreachable!("clap requires exactly one of --node and --operator"),
+            };
+            let (cert, key) = pki::issue(&ca, &subject, &out, days, algo, if_exists(force))?;
+            let identity = pki::load_identity(&cert, &key)?.identity;
+            println!(
+                "wrote {} and {} for {} ({days} days)",
+                cert.display(),
+                key.display(),
+                identity.uri()
+            );
+        }
+        CertsCommand::Rotate {
+            ca,
+            node,
+            cert,
+            key,
+            days,
+        } => {
+            pki::rotate(&ca, &node, &cert, &key, days)?;
+            println!(
+                "rotated {} and {} for node {node} ({days} days)",
+                cert.display(),
+                key.display()
+            );
+        }
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ fn main() {
         Command::Plugin(PluginCommand::Check { file, manifest }) => {
             tenure::cli::plugin_check(&file, manifest.as_deref())
         }
+        Command::Certs(command) => tenure::cli::certs(command),
     };
     if let Err(err) = result {
         eprintln!("tenure: {err:#}");

@@ -28,7 +28,7 @@ pub enum PkiError {
 
     /// A file that would be created already exists and the caller asked not to overwrite it.
     #[error(
-        "{} already exists; refusing to overwrite it (move it away, or ask to overwrite)",
+        "{} already exists; refusing to overwrite it (move it away, or pass --force)",
         path.display()
     )]
     Exists {
