@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod envelope;
 pub mod events;
 pub mod node;
 pub mod ownership;
