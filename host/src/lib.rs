@@ -15,3 +15,4 @@ pub mod pki;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;
+pub mod transport;

@@ -1,0 +1,121 @@
+//! The transport's settings: one typed struct, defaults in one place, checked once.
+//!
+//! Protocol timings live here rather than in constants so that tests can shrink them.
+//! Defaults suit nodes on one LAN; every field says what it bounds. The file paths of the
+//! node's TLS material are a separate [`TlsFiles`], because they are watched, not read once.
+//!
+//! This does not parse files or flags: the node's config (`crate::config`) owns that and
+//! fills these structs in.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::TransportError;
+
+/// Settings of a [`super::Transport`]. Start from `TransportConfig::default()` and set
+/// what differs.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// UDP address to listen on; port 0 picks a free port (see `Transport::local_addr`).
+    pub listen: SocketAddr,
+    /// Largest request or response body sent or accepted, in bytes (default 1 MiB, the
+    /// DESIGN.md bound). An incoming frame announcing more is refused before anything is
+    /// allocated; a request body over it fails locally with nothing sent.
+    pub max_frame: usize,
+    /// Bound on one request as the caller sees it: dialing if needed, sending, the remote
+    /// handler, the response (default 5 s). Also bounds a remote handler on the server side.
+    pub request_timeout: Duration,
+    /// Bound on one connection attempt, QUIC and TLS handshake together, both when we dial
+    /// and when a peer dials us (default 2 s). A dial to an unbound UDP port gets no answer
+    /// at all, so this is what makes a dead peer fail fast.
+    pub dial_timeout: Duration,
+    /// Time an incoming stream has to deliver its whole request (default 5 s); a slower
+    /// stream is closed and counted.
+    pub stream_read_timeout: Duration,
+    /// Incoming streams a peer may have open at once on one connection (default 64); QUIC
+    /// flow control makes its further requests wait at the peer, not pile up here.
+    pub max_streams_per_connection: u32,
+    /// Incoming connections (including those still in their handshake) accepted at once
+    /// (default 256); further attempts are refused.
+    pub max_connections: usize,
+    /// A connection that hears nothing (keep-alives included) for this long is dead
+    /// (default 10 s).
+    pub idle_timeout: Duration,
+    /// Keep-alive interval (default 2 s); must be shorter than `idle_timeout`.
+    pub keep_alive: Duration,
+    /// How often the certificate, key and CA bundle files are checked for changes
+    /// (default 500 ms).
+    pub reload_interval: Duration,
+    /// How long `bind` keeps retrying an address still held by a previous endpoint on a
+    /// fixed port (default 3 s; quinn keeps a closed endpoint's port for about 2 s).
+    pub bind_retry: Duration,
+}
+
+impl Default for TransportConfig {
+    fn default() -> TransportConfig {
+        TransportConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            max_frame: 1 << 20,
+            request_timeout: Duration::from_secs(5),
+            dial_timeout: Duration::from_secs(2),
+            stream_read_timeout: Duration::from_secs(5),
+            max_streams_per_connection: 64,
+            max_connections: 256,
+            idle_timeout: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(2),
+            reload_interval: Duration::from_millis(500),
+            bind_retry: Duration::from_secs(3),
+        }
+    }
+}
+
+/// The largest `max_frame` accepted: frames carry a `u32` length, and a limit far above
+/// DESIGN.md's 1 MiB is more likely a typo than a plan.
+pub const MAX_FRAME_LIMIT: usize = 64 << 20;
+
+impl TransportConfig {
+    /// Checks the settings against each other; `bind` calls this.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let bad = |msg: String| Err(TransportError::Config(msg));
+        if self.max_frame == 0 || self.max_frame > MAX_FRAME_LIMIT {
+            return bad(format!(
+                "max_frame is {} bytes; expected 1 to {MAX_FRAME_LIMIT}",
+                self.max_frame
+            ));
+        }
+        for (name, value) in [
+            ("request_timeout", self.request_timeout),
+            ("dial_timeout", self.dial_timeout),
+            ("stream_read_timeout", self.stream_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("keep_alive", self.keep_alive),
+            ("reload_interval", self.reload_interval),
+        ] {
+            if value.is_zero() {
+                return bad(format!("{name} must not be zero"));
+            }
+        }
+        if self.keep_alive >= self.idle_timeout {
+            return bad(format!(
+                "keep_alive ({:?}) must be shorter than idle_timeout ({:?})",
+                self.keep_alive, self.idle_timeout
+            ));
+        }
+        if self.max_streams_per_connection == 0 || self.max_connections == 0 {
+            return bad("max_streams_per_connection and max_connections must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Where the node's TLS material lives. All three files are watched and reloaded.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The trust bundle: one or more CA certificates (PEM).
+    pub ca: PathBuf,
+    /// The node's (or operator's) certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// The private key of that certificate (PEM, PKCS#8 or SEC1).
+    pub key: PathBuf,
+}

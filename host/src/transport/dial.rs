@@ -1,0 +1,342 @@
+//! The dialing side: one cached connection per peer name, one stream per request.
+//!
+//! A request finds the peer's cached connection or dials one (concurrent requests to a
+//! peer without a connection wait for a single dial, and share its failure rather than
+//! each dialing again), opens a bidirectional stream, writes one frame, and reads the
+//! status and one frame back. All of it is bounded by `request_timeout`, the dial by
+//! `dial_timeout`: a dial to an address where nothing listens gets no answer at all, so
+//! only a short per-attempt bound makes a dead peer fail fast.
+//!
+//! After any failure or timeout the connection is dropped from the cache (and retired, so
+//! it closes once its other requests are done): the next request dials afresh, which is
+//! how a dead or restarted peer is noticed within one request. A failure is retried, once
+//! and on a new connection, only when the peer promised it had not processed the request
+//! (see `wire.rs`); that is what keeps a CA rotation free of failed requests.
+//!
+//! What it deliberately does not do: retry anything else (a request that may have run is
+//! the caller's to resend, with the envelope layer's replay protection), back off, or
+//! resolve names (the caller passes the address; the name is what TLS checks).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::error::{self, Failure, explain_tls};
+use super::logging::SECURITY_REJECTED;
+use super::registry::{Direction, InFlight, Live};
+use super::stats::Counters;
+use super::{Shared, TransportError, frame, peer, wire};
+use crate::pki::{self, Identity, Kind};
+
+/// The connection cache: peer name → slot.
+#[derive(Default)]
+pub(crate) struct Peers {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One peer's cached connection, and the lock that serializes dials to it.
+#[derive(Default)]
+struct Slot {
+    cached: Mutex<Option<(SocketAddr, Arc<Live>)>>,
+    dialing: tokio::sync::Mutex<Option<DialFailure>>,
+}
+
+/// The last failed dial of a slot, shared with the requests that waited for it.
+struct DialFailure {
+    at: Instant,
+    addr: SocketAddr,
+    error: TransportError,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Peers {
+    fn slot(&self, peer: &str) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        match slots.get(peer) {
+            Some(slot) => slot.clone(),
+            None => slots.entry(peer.to_owned()).or_default().clone(),
+        }
+    }
+
+    /// Drops `live` from `peer`'s slot if it is the cached connection.
+    pub(crate) fn forget(&self, peer: &str, live: &Arc<Live>) {
+        let slot = lock(&self.slots).get(peer).cloned();
+        if let Some(slot) = slot {
+            let mut cached = lock(&slot.cached);
+            if cached.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, live)) {
+                *cached = None;
+            }
+        }
+    }
+}
+
+impl Slot {
+    /// Starts a request on the cached connection to `addr`, if there is a usable one. A
+    /// cached connection to another address (the peer moved) is retired.
+    fn reuse(&self, addr: SocketAddr, shared: &Shared) -> Option<InFlight> {
+        let mut cached = lock(&self.cached);
+        let (cached_addr, live) = cached.as_ref()?;
+        if *cached_addr == addr
+            && let Some(flight) = live.begin()
+        {
+            return Some(flight);
+        }
+        if let Some((_, old)) = cached.take() {
+            old.retire(shared.config.request_timeout);
+        }
+        None
+    }
+}
+
+impl Shared {
+    /// Sends `body` to node `peer` at `addr` and returns its response body.
+    pub(crate) async fn request(
+        self: &Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, TransportError> {
+        if self.is_closing() {
+            return Err(TransportError::Closed);
+        }
+        let max = self.config.max_frame;
+        if body.len() > max {
+            return Err(TransportError::TooLarge {
+                len: body.len(),
+                max,
+            });
+        }
+        pki::validate_name(peer).map_err(|e| TransportError::InvalidPeer {
+            peer: peer.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let used = Mutex::new(None);
+        let timeout = self.config.request_timeout;
+        // Bound to a variable so that a timed-out attempt, and the request slot it holds,
+        // is dropped before the connection is abandoned.
+        let outcome = tokio::time::timeout(timeout, self.attempt(peer, addr, &body, &used)).await;
+        match outcome {
+            Ok(result) => result,
+            Err(_) => {
+                if let Some(live) = lock(&used).take() {
+                    self.abandon(peer, &live);
+                }
+                Err(TransportError::Timeout {
+                    peer: peer.to_owned(),
+                    timeout,
+                })
+            }
+        }
+    }
+
+    /// The request on a connection, and once more on a new one if the peer refused it
+    /// unprocessed. Records the connection in use in `used` for the timeout path.
+    async fn attempt(
+        self: &Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+        body: &[u8],
+        used: &Mutex<Option<Arc<Live>>>,
+    ) -> Result<Vec<u8>, TransportError> {
+        let mut retried = false;
+        loop {
+            let flight = self.connection(peer, addr).await?;
+            let live = flight.live().clone();
+            *lock(used) = Some(live.clone());
+            match exchange(&flight, peer, body, self.config.max_frame).await {
+                Ok(Ok(response)) => return Ok(response),
+                Ok(Err(message)) => {
+                    return Err(TransportError::Remote {
+                        peer: peer.to_owned(),
+                        message,
+                    });
+                }
+                Err(Failure {
+                    error,
+                    retry_elsewhere,
+                }) => {
+                    drop(flight);
+                    self.abandon(peer, &live);
+                    if retry_elsewhere && !retried {
+                        retried = true;
+                        Counters::bump(&self.counters.requests_retried);
+                        tracing::debug!(peer, %error, "request refused unprocessed; retrying on a new connection");
+                        continue;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Stops using `live` for `peer`: out of the cache, closed once its requests are done.
+    fn abandon(&self, peer: &str, live: &Arc<Live>) {
+        self.peers.forget(peer, live);
+        live.retire(self.config.request_timeout);
+    }
+
+    /// A request slot on a usable connection to `peer` at `addr`, dialing if needed.
+    async fn connection(
+        self: &Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+    ) -> Result<InFlight, TransportError> {
+        let slot = self.peers.slot(peer);
+        if let Some(flight) = slot.reuse(addr, self) {
+            return Ok(flight);
+        }
+        let waiting_since = Instant::now();
+        let mut dialing = slot.dialing.lock().await;
+        if let Some(flight) = slot.reuse(addr, self) {
+            return Ok(flight);
+        }
+        if let Some(failed) = dialing.as_ref()
+            && failed.addr == addr
+            && failed.at >= waiting_since
+        {
+            return Err(failed.error.clone());
+        }
+        match self.dial(peer, addr).await {
+            Ok(live) => {
+                // A server that refuses our certificate does so just after our side of
+                // the handshake completed: report its reason, not a lost connection.
+                let flight = live.begin().ok_or_else(|| match live.conn.close_reason() {
+                    Some(reason) => error::lost(peer, &reason).error,
+                    None => TransportError::ConnectionLost {
+                        peer: peer.to_owned(),
+                        reason: "closed right after the handshake".into(),
+                    },
+                })?;
+                *lock(&slot.cached) = Some((addr, live));
+                *dialing = None;
+                Ok(flight)
+            }
+            Err(error) => {
+                *dialing = Some(DialFailure {
+                    at: Instant::now(),
+                    addr,
+                    error: error.clone(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    /// Dials `peer` at `addr`, checks that its certificate is node `peer`'s, and registers
+    /// the connection.
+    async fn dial(
+        self: &Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+    ) -> Result<Arc<Live>, TransportError> {
+        let current = self.tls.current();
+        let connecting = self
+            .endpoint
+            .connect_with(current.client.clone(), addr, peer)
+            .map_err(|e| error::connect_error(peer, addr, e))?;
+        let conn = match tokio::time::timeout(self.config.dial_timeout, connecting).await {
+            Err(_) => {
+                return Err(TransportError::DialTimeout {
+                    peer: peer.to_owned(),
+                    addr,
+                    timeout: self.config.dial_timeout,
+                });
+            }
+            Ok(Err(e)) => {
+                let error = error::dial_error(peer, addr, &e);
+                if matches!(
+                    error,
+                    TransportError::PeerRejected { .. } | TransportError::RejectedByPeer { .. }
+                ) {
+                    let who = format!("node {peer}");
+                    self.log_rejection(SECURITY_REJECTED, &who, addr, &error.to_string());
+                }
+                return Err(error);
+            }
+            Ok(Ok(conn)) => conn,
+        };
+        let refuse = |error: TransportError| {
+            conn.close(wire::CLOSE_IDENTITY, error.to_string().as_bytes());
+            let who = format!("node {peer}");
+            self.log_rejection(SECURITY_REJECTED, &who, addr, &error.to_string());
+            error
+        };
+        let (chain, info) = match peer::authenticate(&conn) {
+            Ok(found) => found,
+            Err(reason) => {
+                return Err(refuse(TransportError::PeerRejected {
+                    peer: peer.to_owned(),
+                    reason,
+                }));
+            }
+        };
+        let expected = Identity {
+            kind: Kind::Node,
+            name: peer.to_owned(),
+        };
+        if info.identity != expected {
+            return Err(refuse(TransportError::WrongPeer {
+                expected: peer.to_owned(),
+                actual: info.identity.to_string(),
+            }));
+        }
+        let live = Arc::new(Live::new(conn.clone(), info, chain, Direction::Dialed));
+        if let Err(e) = self.registry.admit(&live, current.generation, &self.tls) {
+            return Err(refuse(TransportError::PeerRejected {
+                peer: peer.to_owned(),
+                reason: explain_tls(&e.to_string()),
+            }));
+        }
+        tokio::spawn(forget_when_closed(
+            self.clone(),
+            peer.to_owned(),
+            live.clone(),
+        ));
+        Ok(live)
+    }
+}
+
+/// Removes a dialed connection from the registry and the cache once it closes, whoever
+/// closed it: a peer that shuts down is noticed here, before the next request.
+async fn forget_when_closed(shared: Arc<Shared>, peer: String, live: Arc<Live>) {
+    let reason = live.conn.closed().await;
+    shared.registry.remove(&live);
+    shared.peers.forget(&peer, &live);
+    tracing::debug!(peer, %reason, "connection closed");
+}
+
+/// One request on one stream: the response body, the remote handler's error message, or
+/// the failure.
+async fn exchange(
+    flight: &InFlight,
+    peer: &str,
+    body: &[u8],
+    max: usize,
+) -> Result<Result<Vec<u8>, String>, Failure> {
+    let conn = &flight.live().conn;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| error::lost(peer, &e))?;
+    let fail = |e| error::frame_failure(peer, e);
+    frame::write_frame(&mut send, &[], body)
+        .await
+        .map_err(fail)?;
+    // Finishing only fails if the stream was already reset; the read below reports that.
+    let _ = send.finish();
+    let status = frame::read_byte(&mut recv).await.map_err(fail)?;
+    let payload = frame::read_frame(&mut recv, max).await.map_err(fail)?;
+    frame::read_end(&mut recv).await.map_err(fail)?;
+    match status {
+        wire::STATUS_OK => Ok(Ok(payload)),
+        wire::STATUS_ERROR => Ok(Err(String::from_utf8_lossy(&payload).into_owned())),
+        other => Err(Failure {
+            error: TransportError::Protocol {
+                peer: peer.to_owned(),
+                reason: format!("unknown response status {other}"),
+            },
+            retry_elsewhere: false,
+        }),
+    }
+}

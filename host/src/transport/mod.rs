@@ -1,0 +1,292 @@
+//! The transport: requests between nodes over QUIC with mutual TLS. The only module that
+//! touches quinn and rustls.
+//!
+//! **Protocol** (ALPN `tenure/1`, TLS 1.3 only, ring provider). Every node is a QUIC server
+//! and a client on one UDP socket. Both sides authenticate with certificates from the
+//! cluster CA bundle (DESIGN.md §4): the dialer checks that the server's certificate is
+//! valid for the node name it dialed (`DNS:` SAN) and that its `tenure://node/NAME` URI SAN
+//! names that node; the server accepts any node or operator whose certificate chains to
+//! the bundle and hands the identity to the handler. A request is one bidirectional
+//! stream: one length-prefixed frame up (`u32` big-endian length, at most `max_frame`
+//! bytes), a status byte and one frame down. There is one cached connection per peer.
+//!
+//! **Rotation without restart.** The certificate, key and CA bundle files are polled
+//! (`watch.rs`). A new certificate is presented by every later handshake (`resolver.rs`); a
+//! new bundle takes effect for every later handshake (`tls.rs`), and established
+//! connections whose peer no longer verifies against it are retired: closed as soon as
+//! their in-flight requests are answered, with a refusal that tells the dialer to retry on
+//! a new connection (`registry.rs`, `wire.rs`). So a CA can be rotated under load (add the
+//! new CA everywhere, reissue certificates, remove the old CA) without a failed request,
+//! and a peer left with a certificate from the removed CA is cut off.
+//!
+//! **Bounds.** Frames are checked before allocating; streams per connection, connections,
+//! handshakes, request delivery, handlers and dials all have limits (`serve.rs`, `dial.rs`,
+//! [`TransportConfig`]); refusals are counted ([`TransportStats`]) and logged at a limited
+//! rate (`logging.rs`).
+//!
+//! **Shutdown** ([`Transport::close`]): the watcher is told to stop, the endpoint closes
+//! every connection (`CLOSE_SHUTDOWN`), then `close` waits for the endpoint to go idle and
+//! for the accept loop and the watcher to end. Dropping a `Transport` without `close` does
+//! the same without waiting.
+//!
+//! What it deliberately does not do:
+//! - interpret bodies: they are opaque (signed envelopes; `crate::envelope` checks sender,
+//!   recipient, replay and skew, and uses [`PeerInfo::cert`] to verify signatures);
+//! - authorize: the handler sees [`PeerInfo::identity`] (node or operator) and decides;
+//! - check revocation: revoked fingerprints live in the replicated state, above this layer;
+//! - retry a request that may have run (only refusals that promise it did not), resolve
+//!   names, or back off: callers pass the address and own the retry policy.
+
+mod config;
+mod dial;
+mod error;
+mod frame;
+mod handler;
+mod logging;
+mod peer;
+mod registry;
+mod resolver;
+mod serve;
+mod stats;
+mod tls;
+mod trust;
+mod watch;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+pub use config::{MAX_FRAME_LIMIT, TlsFiles, TransportConfig};
+pub use error::TransportError;
+pub use handler::Handler;
+pub use logging::{
+    SECURITY_REJECTED, TLS_EXPIRING, TLS_RELOAD_FAILED, TLS_RELOADED, TRANSPORT_REJECTED,
+};
+pub use peer::PeerInfo;
+pub use registry::Direction;
+pub use stats::TransportStats;
+pub use wire::ALPN;
+
+use crate::pki::Identity;
+use dial::Peers;
+use logging::{LogLimiter, REJECTION_LINES_PER_SECOND};
+use registry::Registry;
+use stats::Counters;
+use tls::TlsState;
+
+/// A bound QUIC endpoint that serves requests with a [`Handler`] and sends requests to
+/// other nodes. Share it with an `Arc`; call [`Transport::close`] to shut it down.
+pub struct Transport {
+    shared: Arc<Shared>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What our TLS identity and trust are right now (after any reloads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsInfo {
+    /// Who our certificate speaks for.
+    pub identity: Identity,
+    /// Our certificate's fingerprint: what new handshakes present.
+    pub fingerprint: String,
+    /// End of our certificate's validity.
+    pub not_after: SystemTime,
+    /// The fingerprints of the CAs new handshakes trust, in bundle order.
+    pub ca_fingerprints: Vec<String>,
+}
+
+/// One live connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The authenticated peer.
+    pub peer: PeerInfo,
+    /// Who dialed.
+    pub direction: Direction,
+    /// Whether it is being retired (no new requests; closes when the last one is done).
+    pub retiring: bool,
+}
+
+impl Transport {
+    /// Loads the TLS files, binds `config.listen`, and starts serving with `handler` and
+    /// watching the files. Fails if a file does not load, the configuration is
+    /// inconsistent, or the address cannot be bound (an address still held by a closed
+    /// endpoint is retried for `config.bind_retry`).
+    pub async fn bind(
+        config: TransportConfig,
+        files: TlsFiles,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Transport, TransportError> {
+        config.validate()?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (watch, own, trust) =
+            watch::Watch::start(files, provider.clone(), config.reload_interval)?;
+        let own = Arc::new(resolver::OwnCert::new(own));
+        let (tls, server_config) = TlsState::new(&config, provider, own, trust)?;
+        let endpoint = bind_endpoint(&config, server_config).await?;
+        let (closing, closing_rx) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared {
+            permits: Arc::new(Semaphore::new(config.max_connections)),
+            config,
+            endpoint,
+            handler,
+            tls,
+            registry: Registry::default(),
+            peers: Peers::default(),
+            counters: Counters::default(),
+            limiter: LogLimiter::new(REJECTION_LINES_PER_SECOND),
+            closing,
+        });
+        let tasks = vec![
+            tokio::spawn(serve::accept_loop(shared.clone())),
+            tokio::spawn(watch::run(shared.clone(), watch, closing_rx)),
+        ];
+        Ok(Transport {
+            shared,
+            tasks: Mutex::new(tasks),
+        })
+    }
+
+    /// Sends `body` to node `peer` at `addr` and returns the response body. Reuses the
+    /// cached connection to `peer` or dials one; see [`TransportError`] for what a failure
+    /// says about whether the request ran.
+    pub async fn request(
+        &self,
+        peer: &str,
+        addr: SocketAddr,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, TransportError> {
+        self.shared.request(peer, addr, body).await
+    }
+
+    /// The address the endpoint is bound to (with the port chosen for port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.shared
+            .endpoint
+            .local_addr()
+            .map_err(|e| TransportError::Bind {
+                addr: self.shared.config.listen,
+                source: Arc::new(e),
+            })
+    }
+
+    /// Our current certificate and trusted CAs.
+    pub fn tls_info(&self) -> TlsInfo {
+        let own = self.shared.tls.own.current();
+        TlsInfo {
+            identity: own.identity.clone(),
+            fingerprint: own.fingerprint.clone(),
+            not_after: own.not_after,
+            ca_fingerprints: self.shared.tls.current().trust.ca_fingerprints.clone(),
+        }
+    }
+
+    /// The live connections, dialed and accepted (not those already closing).
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        self.shared
+            .registry
+            .all()
+            .into_iter()
+            .filter(|live| live.conn.close_reason().is_none())
+            .map(|live| ConnectionInfo {
+                peer: live.peer.clone(),
+                direction: live.direction,
+                retiring: live.is_retiring(),
+            })
+            .collect()
+    }
+
+    /// The counters since `bind`.
+    pub fn stats(&self) -> TransportStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Shuts down: stops the watcher, closes every connection, waits until the endpoint is
+    /// idle and the accept loop and watcher have ended. Requests in flight fail with
+    /// [`TransportError::Closed`] or a lost connection. Idempotent.
+    pub async fn close(&self) {
+        self.shared.shut();
+        self.shared.endpoint.wait_idle().await;
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.shared.shut();
+    }
+}
+
+/// The state every task of one transport shares.
+pub(crate) struct Shared {
+    pub(crate) config: TransportConfig,
+    pub(crate) endpoint: quinn::Endpoint,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) tls: TlsState,
+    pub(crate) registry: Registry,
+    pub(crate) peers: Peers,
+    pub(crate) counters: Counters,
+    pub(crate) limiter: LogLimiter,
+    /// One per accepted connection, handshakes included.
+    pub(crate) permits: Arc<Semaphore>,
+    /// Set once, when the transport shuts down.
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    fn shut(&self) {
+        self.closing.send_replace(true);
+        self.endpoint.close(wire::CLOSE_SHUTDOWN, b"shutting down");
+    }
+
+    /// Logs a refusal through the rate limiter.
+    pub(crate) fn log_rejection(
+        &self,
+        event: &'static str,
+        peer: &str,
+        remote: SocketAddr,
+        reason: &str,
+    ) {
+        if let Some(suppressed) = self.limiter.admit() {
+            tracing::warn!(event, peer, %remote, reason, suppressed, "refused");
+        }
+    }
+}
+
+/// Binds the endpoint, retrying for a while if the address is still held.
+async fn bind_endpoint(
+    config: &TransportConfig,
+    server_config: quinn::ServerConfig,
+) -> Result<quinn::Endpoint, TransportError> {
+    let deadline = Instant::now() + config.bind_retry;
+    loop {
+        match quinn::Endpoint::server(server_config.clone(), config.listen) {
+            Ok(endpoint) => return Ok(endpoint),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && config.listen.port() != 0
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(TransportError::Bind {
+                    addr: config.listen,
+                    source: Arc::new(e),
+                });
+            }
+        }
+    }
+}

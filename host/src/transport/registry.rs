@@ -1,0 +1,196 @@
+//! The live connections, with their peers' chains, and how a connection is retired.
+//!
+//! Every established connection, dialed or accepted, is registered here with the peer
+//! chain its handshake verified. When the CA bundle changes, each chain is verified again
+//! against the new bundle ([`Registry::reverify`]); a connection that fails is **retired**:
+//! no new request goes out on it or is taken from it (new incoming streams are refused with
+//! `STREAM_REFUSED`, which tells the dialer it may retry elsewhere), requests already in
+//! flight finish, and the connection closes with `CLOSE_RETIRED` the moment none is left
+//! (or with `CLOSE_RETIRED_FORCED` after a grace period). Closing cleanly is what lets a
+//! CA rotation run under load with no failed request, while the peer whose CA was removed
+//! is still cut off within one request's time.
+//!
+//! A handshake that completes while a bundle is being installed could have been verified
+//! against the old bundle after [`Registry::reverify`] ran; [`Registry::admit`] notices the
+//! generation change under the same lock and verifies that chain itself.
+//!
+//! Not here: which connection serves which peer name (that cache is `dial.rs`), and
+//! revocation of individual certificates (above this layer).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use quinn::Connection;
+use rustls_pki_types::CertificateDer;
+
+use super::PeerInfo;
+use super::tls::{TlsState, TrustGen};
+use super::wire;
+
+/// Who opened a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// We dialed the peer; our requests travel on it.
+    Dialed,
+    /// The peer dialed us; its requests travel on it.
+    Accepted,
+}
+
+/// One established connection.
+pub(crate) struct Live {
+    pub(crate) conn: Connection,
+    pub(crate) peer: PeerInfo,
+    pub(crate) chain: Vec<CertificateDer<'static>>,
+    pub(crate) direction: Direction,
+    state: Mutex<LiveState>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    in_flight: usize,
+    retiring: bool,
+}
+
+/// A request in flight on a connection; dropping it ends the request.
+pub(crate) struct InFlight {
+    live: Arc<Live>,
+}
+
+impl InFlight {
+    pub(crate) fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.live.lock();
+        state.in_flight -= 1;
+        if state.retiring && state.in_flight == 0 {
+            self.live.conn.close(wire::CLOSE_RETIRED, b"retired");
+        }
+    }
+}
+
+impl Live {
+    pub(crate) fn new(
+        conn: Connection,
+        peer: PeerInfo,
+        chain: Vec<CertificateDer<'static>>,
+        direction: Direction,
+    ) -> Live {
+        Live {
+            conn,
+            peer,
+            chain,
+            direction,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LiveState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a request on this connection, unless it is retiring or closed.
+    pub(crate) fn begin(self: &Arc<Self>) -> Option<InFlight> {
+        let mut state = self.lock();
+        if state.retiring || self.conn.close_reason().is_some() {
+            return None;
+        }
+        state.in_flight += 1;
+        Some(InFlight { live: self.clone() })
+    }
+
+    /// Whether the connection is retiring.
+    pub(crate) fn is_retiring(&self) -> bool {
+        self.lock().retiring
+    }
+
+    /// Retires the connection: no new requests; closes cleanly once the requests in flight
+    /// are done, or forcibly after `grace`. Returns false if it was already retiring.
+    pub(crate) fn retire(self: &Arc<Self>, grace: Duration) -> bool {
+        let mut state = self.lock();
+        if state.retiring {
+            return false;
+        }
+        state.retiring = true;
+        if state.in_flight == 0 {
+            self.conn.close(wire::CLOSE_RETIRED, b"retired");
+        } else {
+            let conn = self.conn.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = conn.closed() => {}
+                    _ = tokio::time::sleep(grace) => {
+                        conn.close(wire::CLOSE_RETIRED_FORCED, b"retired with requests in flight");
+                    }
+                }
+            });
+        }
+        true
+    }
+
+    /// A stable key for the registry.
+    fn id(&self) -> usize {
+        self.conn.stable_id()
+    }
+}
+
+/// All live connections.
+#[derive(Default)]
+pub(crate) struct Registry {
+    map: Mutex<HashMap<usize, Arc<Live>>>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, Arc<Live>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a connection whose handshake began under bundle `generation`. If another
+    /// bundle has been installed since, its chain is verified against that one first.
+    pub(crate) fn admit(
+        &self,
+        live: &Arc<Live>,
+        generation: u64,
+        tls: &TlsState,
+    ) -> Result<(), rustls::Error> {
+        let mut map = self.lock();
+        let current = tls.current();
+        if current.generation != generation {
+            current
+                .trust
+                .check(live.direction, &live.peer.identity.name, &live.chain)?;
+        }
+        map.insert(live.id(), live.clone());
+        Ok(())
+    }
+
+    /// Forgets a closed connection.
+    pub(crate) fn remove(&self, live: &Live) {
+        self.lock().remove(&live.id());
+    }
+
+    /// The connections whose peer chain does not verify against `trust`, with the reason.
+    /// Called after `trust` was installed; holds the lock that [`Registry::admit`] takes.
+    pub(crate) fn reverify(&self, trust: &TrustGen) -> Vec<(Arc<Live>, rustls::Error)> {
+        self.lock()
+            .values()
+            .filter(|live| !live.is_retiring())
+            .filter_map(|live| {
+                trust
+                    .trust
+                    .check(live.direction, &live.peer.identity.name, &live.chain)
+                    .err()
+                    .map(|e| (live.clone(), e))
+            })
+            .collect()
+    }
+
+    /// All live connections.
+    pub(crate) fn all(&self) -> Vec<Arc<Live>> {
+        self.lock().values().cloned().collect()
+    }
+}

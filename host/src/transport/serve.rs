@@ -1,0 +1,248 @@
+//! The serving side: accepting connections and answering their streams.
+//!
+//! Every bound is here, because this is where a hostile or broken peer can push:
+//! - connections: at most `max_connections` accepted at once, handshakes included; more
+//!   are refused before any cryptography runs;
+//! - handshakes: at most `dial_timeout` each; certificate and identity refusals are logged
+//!   (rate-limited) and counted;
+//! - streams per connection: QUIC stream credit (`max_streams_per_connection`), so excess
+//!   requests wait at the peer instead of piling up here;
+//! - each stream: `stream_read_timeout` to deliver exactly one frame of at most `max_frame`
+//!   bytes (checked before allocating) and finish; a stream that fails this is stopped and
+//!   reset with a code saying why, counted, logged, and nothing else is affected;
+//! - the handler: its own task (a panic costs one error response), `request_timeout`.
+//!
+//! After answering, a stream waits until the dialer has acknowledged the response before
+//! it counts as finished: a connection being retired closes only when every response it
+//! owes has arrived, so a clean close (`CLOSE_RETIRED`) really means nothing was lost.
+//!
+//! What it deliberately does not do: authorize. Any node or operator whose certificate
+//! verified is served; the handler sees who it is ([`super::PeerInfo`]) and decides.
+
+use std::sync::Arc;
+
+use quinn::{Incoming, RecvStream, SendStream, VarInt};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::error::{HandshakeFailure, explain_tls, handshake_failure};
+use super::frame::{self, FrameError};
+use super::logging::{SECURITY_REJECTED, TRANSPORT_REJECTED};
+use super::registry::{Direction, InFlight, Live};
+use super::stats::Counters;
+use super::{Shared, peer, wire};
+
+/// Accepts connections until the endpoint closes.
+pub(crate) async fn accept_loop(shared: Arc<Shared>) {
+    while let Some(incoming) = shared.endpoint.accept().await {
+        let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+            Counters::bump(&shared.counters.connections_refused);
+            let remote = incoming.remote_address();
+            incoming.refuse();
+            shared.log_rejection(
+                TRANSPORT_REJECTED,
+                "unknown",
+                remote,
+                &format!(
+                    "connection limit of {} reached; connection refused",
+                    shared.config.max_connections
+                ),
+            );
+            continue;
+        };
+        tokio::spawn(accept_one(shared.clone(), incoming, permit));
+    }
+}
+
+/// Completes one handshake, checks the peer, and serves the connection until it closes.
+async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemaphorePermit) {
+    let remote = incoming.remote_address();
+    // Noted before the handshake picks its server configuration (see `Registry::admit`).
+    let generation = shared.tls.current().generation;
+    let handshake = async {
+        match incoming.accept() {
+            Ok(connecting) => connecting.await,
+            Err(e) => Err(e),
+        }
+    };
+    let conn = match tokio::time::timeout(shared.config.dial_timeout, handshake).await {
+        Err(_) => {
+            Counters::bump(&shared.counters.handshakes_failed);
+            let reason = format!(
+                "handshake not completed within {:?}",
+                shared.config.dial_timeout
+            );
+            shared.log_rejection(TRANSPORT_REJECTED, "unknown", remote, &reason);
+            return;
+        }
+        Ok(Err(e)) => {
+            match handshake_failure(&e) {
+                HandshakeFailure::WeRefused(reason) => {
+                    Counters::bump(&shared.counters.handshakes_rejected);
+                    shared.log_rejection(SECURITY_REJECTED, "unknown", remote, &reason);
+                }
+                HandshakeFailure::TheyRefused(reason) => {
+                    Counters::bump(&shared.counters.handshakes_failed);
+                    let reason = format!("the peer aborted the handshake: {reason}");
+                    shared.log_rejection(TRANSPORT_REJECTED, "unknown", remote, &reason);
+                }
+                HandshakeFailure::Other(reason) => {
+                    Counters::bump(&shared.counters.handshakes_failed);
+                    shared.log_rejection(TRANSPORT_REJECTED, "unknown", remote, &reason);
+                }
+                HandshakeFailure::Closing => {}
+            }
+            return;
+        }
+        Ok(Ok(conn)) => conn,
+    };
+    let refuse = |who: &str, reason: String| {
+        Counters::bump(&shared.counters.handshakes_rejected);
+        conn.close(wire::CLOSE_IDENTITY, reason.as_bytes());
+        shared.log_rejection(SECURITY_REJECTED, who, remote, &reason);
+    };
+    let (chain, info) = match peer::authenticate(&conn) {
+        Ok(found) => found,
+        Err(reason) => return refuse("unknown", reason),
+    };
+    let who = info.identity.to_string();
+    let live = Arc::new(Live::new(conn.clone(), info, chain, Direction::Accepted));
+    if let Err(e) = shared.registry.admit(&live, generation, &shared.tls) {
+        let reason = format!(
+            "certificate no longer trusted (CA bundle changed during the handshake): {}",
+            explain_tls(&e.to_string())
+        );
+        return refuse(&who, reason);
+    }
+    tracing::debug!(peer = %who, %remote, "connection accepted");
+    serve_connection(&shared, &live).await;
+    shared.registry.remove(&live);
+}
+
+/// Takes streams from one connection until it closes.
+async fn serve_connection(shared: &Arc<Shared>, live: &Arc<Live>) {
+    while let Ok((mut send, mut recv)) = live.conn.accept_bi().await {
+        match live.begin() {
+            Some(flight) => {
+                tokio::spawn(serve_stream(shared.clone(), flight, send, recv));
+            }
+            None => {
+                // Retiring: refuse unprocessed, so the dialer retries on a new connection.
+                close_stream(&mut send, &mut recv, wire::STREAM_REFUSED);
+            }
+        }
+    }
+}
+
+/// Reads one request, runs the handler, writes the response, and waits for its delivery.
+async fn serve_stream(
+    shared: Arc<Shared>,
+    flight: InFlight,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let live = flight.live().clone();
+    let max = shared.config.max_frame;
+    let read = async {
+        let body = frame::read_frame(&mut recv, max).await?;
+        frame::read_end(&mut recv).await?;
+        Ok::<_, FrameError>(body)
+    };
+    let outcome = tokio::time::timeout(shared.config.stream_read_timeout, read).await;
+    let body = match outcome {
+        Ok(Ok(body)) => body,
+        Ok(Err(FrameError::Read(e))) => {
+            // The dialer gave up (reset) or the connection is gone: nothing to refuse.
+            tracing::debug!(peer = %live.peer.identity, error = %e, "request stream abandoned");
+            return;
+        }
+        Ok(Err(e)) => {
+            let code = match e {
+                FrameError::TooLarge { .. } => wire::STREAM_TOO_LARGE,
+                _ => wire::STREAM_MALFORMED,
+            };
+            return reject_stream(&shared, &live, &mut send, &mut recv, code, e.to_string());
+        }
+        Err(_) => {
+            let reason = format!(
+                "request not delivered within {:?}",
+                shared.config.stream_read_timeout
+            );
+            return reject_stream(
+                &shared,
+                &live,
+                &mut send,
+                &mut recv,
+                wire::STREAM_TOO_SLOW,
+                reason,
+            );
+        }
+    };
+
+    let (status, payload) = run_handler(&shared, &live, body).await;
+    if let Err(e) = frame::write_frame(&mut send, &[status], &payload).await {
+        tracing::debug!(peer = %live.peer.identity, error = %e, "response not delivered");
+        return;
+    }
+    let _ = send.finish();
+    // Hold the request open until the dialer has acknowledged the whole response.
+    let _ = tokio::time::timeout(shared.config.request_timeout, send.stopped()).await;
+    drop(flight);
+}
+
+/// The handler's answer as a status and a payload of at most `max_frame` bytes.
+async fn run_handler(shared: &Arc<Shared>, live: &Arc<Live>, body: Vec<u8>) -> (u8, Vec<u8>) {
+    let max = shared.config.max_frame;
+    let handler = shared.handler.clone();
+    let peer = live.peer.clone();
+    let task = tokio::spawn(async move { handler.handle(peer, body).await });
+    let abort = task.abort_handle();
+    let error = |message: String| {
+        let mut bytes = message.into_bytes();
+        bytes.truncate(max);
+        (wire::STATUS_ERROR, bytes)
+    };
+    match tokio::time::timeout(shared.config.request_timeout, task).await {
+        Ok(Ok(Ok(response))) if response.len() <= max => (wire::STATUS_OK, response),
+        Ok(Ok(Ok(response))) => error(format!(
+            "the response of {} bytes exceeds the frame limit of {max} bytes",
+            response.len()
+        )),
+        Ok(Ok(Err(message))) => error(message),
+        Ok(Err(join)) => {
+            tracing::error!(peer = %live.peer.identity, error = %join, "request handler panicked");
+            error("the request handler failed".into())
+        }
+        Err(_) => {
+            abort.abort();
+            error(format!(
+                "the request handler did not answer within {:?}",
+                shared.config.request_timeout
+            ))
+        }
+    }
+}
+
+/// Refuses a stream for a protocol violation: closes both directions with `code`, counts
+/// and logs it. The connection and its other streams carry on.
+fn reject_stream(
+    shared: &Shared,
+    live: &Live,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    code: VarInt,
+    reason: String,
+) {
+    close_stream(send, recv, code);
+    Counters::bump(&shared.counters.streams_rejected);
+    shared.log_rejection(
+        TRANSPORT_REJECTED,
+        &live.peer.identity.to_string(),
+        live.peer.remote,
+        &format!("stream refused: {reason}"),
+    );
+}
+
+fn close_stream(send: &mut SendStream, recv: &mut RecvStream, code: VarInt) {
+    let _ = recv.stop(code);
+    let _ = send.reset(code);
+}

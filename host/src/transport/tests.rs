@@ -1,0 +1,882 @@
+//! Tests of the transport, in process, on loopback. Certificates come from the PKI module
+//! (`init_ca`, `issue`, `rotate`), and from rcgen directly for validity windows it refuses
+//! to make (expired, not yet valid). Every refusal test also checks that the refusing
+//! side keeps serving a good client. Nothing waits a fixed time for something to happen:
+//! conditions are polled with generous bounds.
+
+use std::collections::HashMap;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rcgen::string::Ia5String;
+use rcgen::{
+    CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use tempfile::TempDir;
+use time::OffsetDateTime;
+
+use super::*;
+use crate::pki::{self, Algo, IfExists, Kind, Subject};
+use crate::runtime::BoxFuture;
+
+/// Generous bound for anything polled.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Log lines go to the test's output when `RUST_LOG` asks for them.
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// Settings shrunk for tests.
+fn config() -> TransportConfig {
+    TransportConfig {
+        request_timeout: Duration::from_secs(5),
+        dial_timeout: Duration::from_millis(500),
+        stream_read_timeout: Duration::from_millis(500),
+        reload_interval: Duration::from_millis(100),
+        idle_timeout: Duration::from_secs(5),
+        keep_alive: Duration::from_secs(1),
+        ..TransportConfig::default()
+    }
+}
+
+/// A CA in a temporary directory, and the certificates it issues.
+struct Certs {
+    dir: TempDir,
+}
+
+impl Certs {
+    fn new() -> Certs {
+        let dir = TempDir::new().unwrap();
+        pki::init_ca(
+            &dir.path().join("ca"),
+            Algo::Ed25519,
+            3650,
+            IfExists::Refuse,
+        )
+        .unwrap();
+        Certs { dir }
+    }
+
+    fn ca_dir(&self) -> PathBuf {
+        self.dir.path().join("ca")
+    }
+
+    fn ca_pem(&self) -> String {
+        fs::read_to_string(self.ca_dir().join(pki::CA_CERT_FILE)).unwrap()
+    }
+
+    fn ca_fingerprint(&self) -> String {
+        fingerprint_of(&self.ca_dir().join(pki::CA_CERT_FILE))
+    }
+
+    /// Issues (or reissues) `subject`'s certificate into `certs/`, with a bundle file of
+    /// its own holding this CA.
+    fn files(&self, subject: Subject) -> TlsFiles {
+        let name = subject.name().to_owned();
+        let (cert, key) = pki::issue(
+            &self.ca_dir(),
+            &subject,
+            &self.dir.path().join("certs"),
+            30,
+            None,
+            IfExists::Overwrite,
+        )
+        .unwrap();
+        let ca = self.dir.path().join(format!("{name}-bundle.pem"));
+        write_atomically(&ca, &self.ca_pem());
+        TlsFiles { ca, cert, key }
+    }
+
+    fn node(&self, name: &str) -> TlsFiles {
+        self.files(Subject::Node(name.into()))
+    }
+
+    /// A node certificate valid from `not_before` to `not_after`, made with rcgen because
+    /// `pki::issue` only makes certificates valid from now.
+    fn node_with_window(
+        &self,
+        name: &str,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> TlsFiles {
+        let ca_key = fs::read_to_string(self.ca_dir().join(pki::CA_KEY_FILE)).unwrap();
+        let ca_key = KeyPair::from_pem_and_sign_algo(&ca_key, &rcgen::PKCS_ED25519).unwrap();
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_pem(), ca_key).unwrap();
+        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.subject_alt_names.push(SanType::URI(
+            Ia5String::try_from(format!("tenure://node/{name}")).unwrap(),
+        ));
+        params.not_before = not_before;
+        params.not_after = not_after;
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let dir = self.dir.path().join("odd");
+        fs::create_dir_all(&dir).unwrap();
+        let files = TlsFiles {
+            ca: dir.join(format!("{name}-bundle.pem")),
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+        };
+        fs::write(&files.cert, cert.pem()).unwrap();
+        fs::write(&files.key, key.serialize_pem()).unwrap();
+        fs::write(&files.ca, self.ca_pem()).unwrap();
+        files
+    }
+}
+
+/// Replaces a file the way careful tools do: a temporary file, then a rename.
+fn write_atomically(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, contents).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// The fingerprint of the first certificate in a PEM file.
+fn fingerprint_of(path: &Path) -> String {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    pki::fingerprint(&CertificateDer::from_pem_file(path).unwrap())
+}
+
+/// Answers `whoami` with the peer's identity, `fail` with an error, `big` with more than
+/// a frame, anything else with the body; remembers the last `PeerInfo` of every peer.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<HashMap<String, PeerInfo>>,
+}
+
+impl Recorder {
+    fn last(&self, peer: &str) -> Option<PeerInfo> {
+        self.seen.lock().unwrap().get(peer).cloned()
+    }
+}
+
+impl Handler for Recorder {
+    fn handle(&self, peer: PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .insert(peer.identity.name.clone(), peer.clone());
+        let reply = match body.as_slice() {
+            b"whoami" => Ok(peer.identity.to_string().into_bytes()),
+            b"fail" => Err("boom".to_owned()),
+            b"big" => Ok(vec![7; (1 << 20) + 1]),
+            _ => Ok(body),
+        };
+        Box::pin(async move { reply })
+    }
+}
+
+/// A running transport with its files and handler.
+struct Node {
+    name: String,
+    transport: Arc<Transport>,
+    addr: SocketAddr,
+    files: TlsFiles,
+    recorder: Arc<Recorder>,
+}
+
+impl Node {
+    async fn start(name: &str, files: TlsFiles) -> Node {
+        Node::start_with(name, files, config()).await
+    }
+
+    async fn start_with(name: &str, files: TlsFiles, config: TransportConfig) -> Node {
+        let recorder = Arc::new(Recorder::default());
+        let transport = Transport::bind(config, files.clone(), recorder.clone())
+            .await
+            .unwrap();
+        let addr = transport.local_addr().unwrap();
+        Node {
+            name: name.to_owned(),
+            transport: Arc::new(transport),
+            addr,
+            files,
+            recorder,
+        }
+    }
+
+    async fn ask(&self, to: &Node, body: &[u8]) -> Result<Vec<u8>, TransportError> {
+        self.transport
+            .request(&to.name, to.addr, body.to_vec())
+            .await
+    }
+
+    /// Asserts a round trip to `to` works.
+    async fn assert_serves(&self, to: &Node) {
+        let body = format!("hello {} from {}", to.name, self.name).into_bytes();
+        assert_eq!(self.ask(to, &body).await.unwrap(), body);
+    }
+
+    fn connected_to(&self, peer: &str) -> bool {
+        self.transport
+            .connections()
+            .iter()
+            .any(|c| c.peer.identity.name == peer)
+    }
+}
+
+/// Polls `condition` until it holds; panics naming `what` after [`PATIENCE`].
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A quinn client with a certificate of our making but none of the transport's logic.
+async fn raw_connection(files: &TlsFiles, server: &Node) -> (quinn::Endpoint, quinn::Connection) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let own = resolver::Own::new(
+        pki::load_identity(&files.cert, &files.key).unwrap(),
+        &provider,
+    )
+    .unwrap();
+    let trust =
+        trust::Trust::from_bundle(&pki::load_ca_bundle(&files.ca).unwrap(), &provider).unwrap();
+    let client = tls::raw_client_config(&provider, &Arc::new(resolver::OwnCert::new(own)), &trust);
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let conn = endpoint
+        .connect_with(client, server.addr, &server.name)
+        .unwrap()
+        .await
+        .unwrap();
+    (endpoint, conn)
+}
+
+/// Sends raw `bytes` on a new stream (finishing it if `finish`) and returns how the
+/// server answered: the reset code, or the bytes it sent.
+async fn raw_exchange(
+    conn: &quinn::Connection,
+    bytes: &[u8],
+    finish: bool,
+) -> Result<Vec<u8>, quinn::VarInt> {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    if finish {
+        send.finish().unwrap();
+    }
+    match recv.read_to_end(1 << 21).await {
+        Ok(data) => Ok(data),
+        Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(code))) => Err(code),
+        Err(e) => panic!("unexpected stream error: {e}"),
+    }
+}
+
+fn request_frame(body: &[u8]) -> Vec<u8> {
+    let mut bytes = frame::header(body.len()).to_vec();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_round_trip_in_both_directions() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let n2 = Node::start("n2", certs.node("n2")).await;
+
+    n1.assert_serves(&n2).await;
+    n2.assert_serves(&n1).await;
+    assert_eq!(n1.ask(&n2, b"whoami").await.unwrap(), b"node n1");
+    assert_eq!(n2.ask(&n1, b"whoami").await.unwrap(), b"node n2");
+
+    // The handler sees the peer's leaf certificate: the one in the peer's files.
+    let seen = n2.recorder.last("n1").unwrap();
+    assert_eq!(seen.identity.kind, Kind::Node);
+    assert_eq!(seen.fingerprint, fingerprint_of(&n1.files.cert));
+    assert_eq!(pki::fingerprint(&seen.cert), seen.fingerprint);
+    pki::Verifier::from_cert(&seen.cert).unwrap();
+
+    // Large bodies, an empty body, the handler's error, a response over the limit.
+    let big = vec![42u8; 1 << 20];
+    assert_eq!(n1.ask(&n2, &big).await.unwrap(), big);
+    assert_eq!(n1.ask(&n2, b"").await.unwrap(), b"");
+    let err = n1.ask(&n2, b"fail").await.unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Remote { message, .. } if message == "boom"),
+        "{err}"
+    );
+    let err = n1.ask(&n2, b"big").await.unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Remote { message, .. } if message.contains("exceeds")),
+        "{err}"
+    );
+    // A body over the limit fails locally, with nothing sent.
+    let err = n1.ask(&n2, &vec![0u8; (1 << 20) + 1]).await.unwrap_err();
+    assert!(matches!(err, TransportError::TooLarge { .. }), "{err}");
+    assert!(!err.is_retryable());
+
+    // Concurrent requests share one cached connection per direction.
+    let mut tasks = Vec::new();
+    for i in 0..32u32 {
+        let t = n1.transport.clone();
+        let addr = n2.addr;
+        tasks.push(tokio::spawn(async move {
+            let body = i.to_be_bytes().to_vec();
+            assert_eq!(t.request("n2", addr, body.clone()).await.unwrap(), body);
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let dialed = |n: &Node| {
+        n.transport
+            .connections()
+            .iter()
+            .filter(|c| c.direction == Direction::Dialed)
+            .count()
+    };
+    assert_eq!(dialed(&n1), 1);
+    assert_eq!(dialed(&n2), 1);
+
+    n1.transport.close().await;
+    n2.transport.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_an_unknown_ca_is_refused_both_ways() {
+    init_logs();
+    let ours = Certs::new();
+    let theirs = Certs::new();
+    let n1 = Node::start("n1", ours.node("n1")).await;
+    let good = Node::start("n3", ours.node("n3")).await;
+
+    // A stranger that trusts only its own CA refuses our server's certificate.
+    let stranger = Node::start("n2", theirs.node("n2")).await;
+    let err = stranger.ask(&n1, b"hi").await.unwrap_err();
+    println!("unknown CA, as the refusing client sees it: {err}");
+    // All Tenure CAs share one name, so webpki reports the signature, not the issuer.
+    assert!(
+        matches!(&err, TransportError::PeerRejected { reason, .. }
+            if reason.contains("not signed by any CA in our trust bundle")),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+
+    // A stranger that trusts our CA too is refused by our server.
+    let files = theirs.node("n4");
+    write_atomically(&files.ca, &(theirs.ca_pem() + &ours.ca_pem()));
+    let stranger = Node::start("n4", files).await;
+    let err = stranger.ask(&n1, b"hi").await.unwrap_err();
+    assert!(
+        matches!(&err, TransportError::RejectedByPeer { .. }),
+        "{err}"
+    );
+    println!("unknown CA, as the refused client sees it: {err}");
+    wait_until("the server to count the refusal", || {
+        n1.transport.stats().handshakes_rejected >= 1
+    })
+    .await;
+    assert!(!stranger.connected_to("n1"));
+    good.assert_serves(&n1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_certificate_is_refused() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let good = Node::start("n2", certs.node("n2")).await;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let trust =
+        trust::Trust::from_bundle(&pki::load_ca_bundle(&n1.files.ca).unwrap(), &provider).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_webpki_verifier(trust.servers.clone())
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls)).unwrap();
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    // TLS 1.3: the client believes the handshake done; the refusal arrives on the stream.
+    let outcome = async {
+        let conn = endpoint
+            .connect_with(quinn::ClientConfig::new(Arc::new(crypto)), n1.addr, "n1")
+            .unwrap()
+            .await?;
+        let (mut send, mut recv) = conn.open_bi().await?;
+        send.write_all(&request_frame(b"hi")).await.ok();
+        send.finish().ok();
+        match recv.read_to_end(1024).await {
+            Ok(data) => panic!("served without a client certificate: {data:?}"),
+            Err(quinn::ReadToEndError::Read(quinn::ReadError::ConnectionLost(e))) => {
+                Err::<(), _>(e)
+            }
+            Err(e) => panic!("unexpected stream error: {e}"),
+        }
+    }
+    .await;
+    let lost: quinn::ConnectionError = outcome.unwrap_err();
+    let refusal = match error::handshake_failure(&lost) {
+        error::HandshakeFailure::TheyRefused(reason) => reason,
+        _ => panic!("not a TLS refusal: {lost}"),
+    };
+    println!("no client certificate: {refusal}");
+    assert!(refusal.contains("CertificateRequired"), "{refusal}");
+    wait_until("the server to count the refusal", || {
+        n1.transport.stats().handshakes_rejected >= 1
+    })
+    .await;
+    good.assert_serves(&n1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dialing_a_node_under_the_wrong_name_is_refused() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let n2 = Node::start("n2", certs.node("n2")).await;
+
+    // n2's address, but we expect n3 there.
+    let err = n1
+        .transport
+        .request("n3", n2.addr, b"hi".to_vec())
+        .await
+        .unwrap_err();
+    println!("wrong name: {err}");
+    assert!(
+        matches!(&err, TransportError::PeerRejected { reason, .. } if reason.contains("not valid for name \"n3\"")),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    assert!(!n1.connected_to("n2"));
+    assert!(n2.recorder.last("n1").is_none(), "n2 ran a request");
+    n1.assert_serves(&n2).await;
+
+    // A name that cannot be a node's is refused before dialing.
+    let err = n1
+        .transport
+        .request("N3!", n2.addr, b"hi".to_vec())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::InvalidPeer { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_is_served_and_named_as_an_operator() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let alice = Node::start("alice", certs.files(Subject::Operator("alice".into()))).await;
+
+    assert_eq!(alice.ask(&n1, b"whoami").await.unwrap(), b"operator alice");
+    let seen = n1.recorder.last("alice").unwrap();
+    assert_eq!(seen.identity.kind, Kind::Operator);
+    assert_eq!(seen.fingerprint, fingerprint_of(&alice.files.cert));
+
+    // An operator's certificate cannot serve: a node dialing it refuses it.
+    let err = n1.ask(&alice, b"hi").await.unwrap_err();
+    println!("dialing an operator: {err}");
+    assert!(matches!(err, TransportError::PeerRejected { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_not_yet_valid_certificates_are_refused() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let good = Node::start("n2", certs.node("n2")).await;
+    let now = OffsetDateTime::now_utc();
+    let day = time::Duration::days(1);
+    let windows = [
+        ("expired", now - 10 * day, now - day, "expired"),
+        ("not yet valid", now + day, now + 10 * day, "not valid yet"),
+    ];
+    for (case, not_before, not_after, words) in windows {
+        // As a client: the server refuses us.
+        let bad = Node::start("n5", certs.node_with_window("n5", not_before, not_after)).await;
+        let before = n1.transport.stats().handshakes_rejected;
+        let err = bad.ask(&n1, b"hi").await.unwrap_err();
+        println!("{case} client certificate: {err}");
+        assert!(
+            matches!(&err, TransportError::RejectedByPeer { .. }),
+            "{case}: {err}"
+        );
+        wait_until("the server to count the refusal", || {
+            n1.transport.stats().handshakes_rejected > before
+        })
+        .await;
+        good.assert_serves(&n1).await;
+
+        // As a server: we refuse it, saying why.
+        let err = n1.ask(&bad, b"hi").await.unwrap_err();
+        println!("{case} server certificate: {err}");
+        assert!(
+            matches!(&err, TransportError::PeerRejected { reason, .. } if reason.contains(words)),
+            "{case}: {err}"
+        );
+        assert!(bad.recorder.last("n1").is_none());
+        n1.assert_serves(&good).await;
+        bad.transport.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_streams_are_refused_and_nobody_else_notices() {
+    init_logs();
+    let certs = Certs::new();
+    let mut cfg = config();
+    cfg.max_streams_per_connection = 4;
+    let n1 = Node::start_with("n1", certs.node("n1"), cfg).await;
+    let good = Node::start("n2", certs.node("n2")).await;
+    let (_endpoint, conn) = raw_connection(&certs.node("n3"), &n1).await;
+
+    // A well-formed request on the raw connection works.
+    let ok = raw_exchange(&conn, &request_frame(b"ping"), true)
+        .await
+        .unwrap();
+    assert_eq!(ok[0], wire::STATUS_OK);
+    assert_eq!(&ok[1 + frame::HEADER_LEN..], b"ping");
+
+    // A frame announcing 4 GiB is refused before anything is allocated.
+    let code = raw_exchange(&conn, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3], false)
+        .await
+        .unwrap_err();
+    assert_eq!(code, wire::STREAM_TOO_LARGE);
+    // Just over the limit, too.
+    let code = raw_exchange(&conn, &frame::header((1 << 20) + 1), false)
+        .await
+        .unwrap_err();
+    assert_eq!(code, wire::STREAM_TOO_LARGE);
+    // Garbage: text read as a length, a frame cut short, bytes after the frame.
+    let code = raw_exchange(&conn, b"GET / HTTP/1.1\r\n\r\n", true)
+        .await
+        .unwrap_err();
+    assert_eq!(code, wire::STREAM_TOO_LARGE);
+    let code = raw_exchange(&conn, &[0, 0, 0, 10, 1, 2], true)
+        .await
+        .unwrap_err();
+    assert_eq!(code, wire::STREAM_MALFORMED);
+    let mut trailing = request_frame(b"ping");
+    trailing.extend_from_slice(b"junk");
+    let code = raw_exchange(&conn, &trailing, true).await.unwrap_err();
+    assert_eq!(code, wire::STREAM_MALFORMED);
+    // A stream that never finishes is closed after stream_read_timeout.
+    let code = raw_exchange(&conn, &[0, 0], false).await.unwrap_err();
+    assert_eq!(code, wire::STREAM_TOO_SLOW);
+    assert_eq!(n1.transport.stats().streams_rejected, 6);
+
+    // At most 4 streams at once per connection: a fifth waits for stream credit, which
+    // comes back when the server gives up on a stalled one.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        send.write_all(&[0]).await.unwrap();
+        stalled.push((send, recv));
+    }
+    let fifth = tokio::time::timeout(Duration::from_millis(200), conn.open_bi()).await;
+    assert!(fifth.is_err(), "a fifth stream opened while four were open");
+    // Meanwhile everyone else, on other connections, is served.
+    good.assert_serves(&n1).await;
+    // The server gives up on the stalled streams; once this client lets go of them (QUIC
+    // wants it to answer the server's STOP_SENDING with a reset, which quinn does when the
+    // stream is dropped), the credit comes back.
+    for (send, mut recv) in stalled {
+        let read = tokio::time::timeout(PATIENCE, recv.read_to_end(16))
+            .await
+            .unwrap();
+        assert!(
+            matches!(read, Err(quinn::ReadToEndError::Read(quinn::ReadError::Reset(code))) if code == wire::STREAM_TOO_SLOW),
+            "{read:?}"
+        );
+        drop(send);
+    }
+    let (_fifth_send, _fifth_recv) = tokio::time::timeout(PATIENCE, conn.open_bi())
+        .await
+        .expect("stream credit came back")
+        .unwrap();
+
+    // The raw connection itself survived all of it.
+    let ok = raw_exchange(&conn, &request_frame(b"still here"), true)
+        .await
+        .unwrap();
+    assert_eq!(&ok[1 + frame::HEADER_LEN..], b"still here");
+    good.assert_serves(&n1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_peer_fails_fast_and_is_dialed_again_when_it_returns() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let n2 = Node::start("n2", certs.node("n2")).await;
+    n1.assert_serves(&n2).await;
+    assert!(n1.connected_to("n2"));
+
+    let Node {
+        transport,
+        files,
+        addr,
+        ..
+    } = n2;
+    transport.close().await;
+    drop(transport);
+    // The close reaches n1, which drops the connection from its cache.
+    wait_until("n1 to drop its connection to n2", || !n1.connected_to("n2")).await;
+    let started = Instant::now();
+    let err = n1
+        .transport
+        .request("n2", addr, b"hi".to_vec())
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    println!("request to a stopped peer: {err} after {took:?}");
+    assert!(err.is_retryable(), "{err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(!n1.connected_to("n2"));
+
+    // n2 comes back on another port.
+    let back = Node::start("n2", files).await;
+    assert_ne!(back.addr, addr);
+    n1.assert_serves(&back).await;
+    assert!(n1.connected_to("n2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_reload_keeps_the_previous_identity() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let n2 = Node::start("n2", certs.node("n2")).await;
+    let before = n1.transport.tls_info();
+
+    // Not a certificate at all; then another node's certificate.
+    write_atomically(&n1.files.cert, "garbage\n");
+    wait_until("the failure to be noticed", || {
+        n1.transport.stats().reload_failures >= 1
+    })
+    .await;
+    let other = certs.node("n9");
+    fs::copy(&other.cert, &n1.files.cert).unwrap();
+    fs::copy(&other.key, &n1.files.key).unwrap();
+    wait_until("the second failure to be noticed", || {
+        n1.transport.stats().reload_failures >= 2
+    })
+    .await;
+    assert_eq!(n1.transport.tls_info(), before);
+    n1.assert_serves(&n2).await;
+    n2.assert_serves(&n1).await;
+    // Logged (and counted) once per file version, not once per poll.
+    let failures = n1.transport.stats().reload_failures;
+    let polls_later = Instant::now() + Duration::from_millis(500);
+    wait_until("a few polls", || Instant::now() > polls_later).await;
+    assert_eq!(n1.transport.stats().reload_failures, failures);
+
+    // A good pair is picked up.
+    let fresh = certs.node("n1");
+    assert_eq!(fresh.cert, n1.files.cert);
+    wait_until("the new certificate to be loaded", || {
+        n1.transport.tls_info().fingerprint == fingerprint_of(&n1.files.cert)
+    })
+    .await;
+    assert_ne!(n1.transport.tls_info().fingerprint, before.fingerprint);
+    assert_eq!(n1.transport.tls_info().identity, before.identity);
+
+    // A key that goes missing looks like a rotation in progress at first; when it stays
+    // missing for ten polls it is reported again, as a warning, and the node keeps going.
+    let failures = n1.transport.stats().reload_failures;
+    let loaded = n1.transport.tls_info();
+    fs::remove_file(&n1.files.key).unwrap();
+    wait_until("the missing key to be reported twice", || {
+        n1.transport.stats().reload_failures == failures + 2
+    })
+    .await;
+    assert_eq!(n1.transport.tls_info(), loaded);
+    // New handshakes still work: the loaded key is in memory.
+    let newcomer = Node::start("n7", certs.node("n7")).await;
+    newcomer.assert_serves(&n1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
+    init_logs();
+    let old = Certs::new();
+    let new = Certs::new();
+    let both = old.ca_pem() + &new.ca_pem();
+    let a = Node::start("n1", old.node("n1")).await;
+    let b = Node::start("n2", old.node("n2")).await;
+    // A node that will keep its certificate from the old CA (and trusts both CAs).
+    let d_files = old.node("n3");
+    write_atomically(&d_files.ca, &both);
+    let d = Node::start("n3", d_files).await;
+    d.assert_serves(&b).await;
+    assert!(b.connected_to("n3"));
+
+    // Four clients, two each way, in loops until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut loops = Vec::new();
+    for i in 0..4 {
+        let (from, to, addr) = if i % 2 == 0 {
+            (a.transport.clone(), "n2", b.addr)
+        } else {
+            (b.transport.clone(), "n1", a.addr)
+        };
+        let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
+        loops.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let body = format!("client {i} request {n}").into_bytes();
+                match from.request(to, addr, body.clone()).await {
+                    Ok(response) if response == body => {}
+                    Ok(_) => failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{i}/{n}: wrong response")),
+                    Err(e) => failures.lock().unwrap().push(format!("{i}/{n}: {e}")),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+        }));
+    }
+    let progress = |label: &'static str| {
+        let done = done.clone();
+        let target = done.load(Ordering::Relaxed) + 200;
+        async move {
+            wait_until(label, || done.load(Ordering::Relaxed) >= target).await;
+        }
+    };
+    progress("traffic to flow").await;
+
+    // 1. Rotate n1's certificate (same CA).
+    let a_before = a.transport.tls_info().fingerprint;
+    pki::rotate(&old.ca_dir(), "n1", &a.files.cert, &a.files.key, 30).unwrap();
+    let a_rotated = fingerprint_of(&a.files.cert);
+    assert_ne!(a_rotated, a_before);
+    wait_until("n1 to load its rotated certificate", || {
+        a.transport.tls_info().fingerprint == a_rotated
+    })
+    .await;
+    progress("traffic after the rotation").await;
+    // A new handshake presents the rotated certificate.
+    a.assert_serves(&d).await;
+    assert_eq!(d.recorder.last("n1").unwrap().fingerprint, a_rotated);
+
+    // 2. Rotate the CA: add the new CA everywhere...
+    for node in [&a, &b] {
+        write_atomically(&node.files.ca, &both);
+    }
+    wait_until("both nodes to trust both CAs", || {
+        [&a, &b]
+            .iter()
+            .all(|n| n.transport.tls_info().ca_fingerprints.len() == 2)
+    })
+    .await;
+    progress("traffic after adding the new CA").await;
+    // ...reissue both nodes' certificates from it...
+    let a_new = new.node("n1");
+    let b_new = new.node("n2");
+    fs::copy(&a_new.cert, &a.files.cert).unwrap();
+    fs::copy(&a_new.key, &a.files.key).unwrap();
+    fs::copy(&b_new.key, &b.files.key).unwrap();
+    fs::copy(&b_new.cert, &b.files.cert).unwrap();
+    let (a_fp, b_fp) = (fingerprint_of(&a.files.cert), fingerprint_of(&b.files.cert));
+    wait_until("both nodes to load their new certificates", || {
+        a.transport.tls_info().fingerprint == a_fp && b.transport.tls_info().fingerprint == b_fp
+    })
+    .await;
+    progress("traffic after reissuing").await;
+    // ...and remove the old CA.
+    for node in [&a, &b] {
+        write_atomically(&node.files.ca, &new.ca_pem());
+    }
+    let new_only = vec![new.ca_fingerprint()];
+    wait_until("both nodes to trust only the new CA", || {
+        [&a, &b]
+            .iter()
+            .all(|n| n.transport.tls_info().ca_fingerprints == new_only)
+    })
+    .await;
+    // Connections made with old certificates are replaced: peers now see the new ones.
+    wait_until("new handshakes with the new certificates", || {
+        b.recorder.last("n1").is_some_and(|p| p.fingerprint == a_fp)
+            && a.recorder.last("n2").is_some_and(|p| p.fingerprint == b_fp)
+    })
+    .await;
+    // The connection of the node left with an old certificate was closed, on both ends.
+    wait_until("n3's connection to be closed", || {
+        !b.connected_to("n3") && !d.connected_to("n2")
+    })
+    .await;
+    progress("traffic after removing the old CA").await;
+
+    stop.store(true, Ordering::Relaxed);
+    for task in loops {
+        task.await.unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    println!(
+        "rotation under load: {} requests, {} failed; n1 {:?}; n2 {:?}",
+        done.load(Ordering::Relaxed),
+        failures.len(),
+        a.transport.stats(),
+        b.transport.stats()
+    );
+    assert!(failures.is_empty(), "failed requests: {failures:#?}");
+    // Only connections from before the certificates were reissued were retired.
+    for node in [&a, &b] {
+        assert!(
+            node.transport
+                .connections()
+                .iter()
+                .all(|c| c.peer.fingerprint == a_fp || c.peer.fingerprint == b_fp || c.retiring)
+        );
+    }
+
+    // The node with the old CA's certificate is refused from now on.
+    let err = d.ask(&b, b"hi").await.unwrap_err();
+    println!("old-CA client after the rotation: {err}");
+    assert!(
+        matches!(err, TransportError::RejectedByPeer { .. }),
+        "{err}"
+    );
+    assert!(b.transport.stats().connections_retired >= 1);
+    wait_until("n2 to count the refusal", || {
+        b.transport.stats().handshakes_rejected >= 1
+    })
+    .await;
+    a.assert_serves(&b).await;
+    b.assert_serves(&a).await;
+}
+
+#[test]
+fn settings_are_checked() {
+    assert!(TransportConfig::default().validate().is_ok());
+    let bad = [
+        TransportConfig {
+            max_frame: 0,
+            ..TransportConfig::default()
+        },
+        TransportConfig {
+            keep_alive: Duration::from_secs(20),
+            ..TransportConfig::default()
+        },
+        TransportConfig {
+            dial_timeout: Duration::ZERO,
+            ..TransportConfig::default()
+        },
+    ];
+    for config in bad {
+        assert!(matches!(config.validate(), Err(TransportError::Config(_))));
+    }
+}
