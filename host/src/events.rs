@@ -24,5 +24,19 @@ pub const PLUGIN_FAILED: &str = "plugin.failed";
 pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
 pub const OWNERSHIP_LOST: &str = "ownership.lost";
 pub const STORE_ERROR: &str = "store.error";
+
+/// A handshake, connection or stream refused for a transport reason (limit reached,
+/// malformed or oversized frame, too slow, peer aborted the handshake).
+pub const TRANSPORT_REJECTED: &str = "transport.rejected";
+/// A peer or message refused for a security reason: a certificate that does not verify
+/// (unknown CA, expired, not yet valid, wrong name), no acceptable identity, a connection
+/// closed because its CA was removed, or an envelope that failed its checks.
+pub const SECURITY_REJECTED: &str = "security.rejected";
+/// The node's certificate and key, or the CA bundle, were reloaded from their files.
+pub const TLS_RELOADED: &str = "tls.reloaded";
+/// A changed certificate, key or CA bundle could not be loaded; the previous one stays.
+pub const TLS_RELOAD_FAILED: &str = "tls.reload_failed";
+/// The node's own certificate expires soon, has expired, or is not valid yet.
+pub const TLS_EXPIRING: &str = "tls.expiring";
 pub const CACHE_ERROR: &str = "cache.error";
 pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";

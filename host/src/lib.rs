@@ -12,6 +12,7 @@ pub mod events;
 pub mod node;
 pub mod ownership;
 pub mod pki;
+mod ratelimit;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

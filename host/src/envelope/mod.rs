@@ -130,7 +130,6 @@
 //! ```
 
 mod gate;
-mod limiter;
 mod reject_log;
 mod rejection;
 mod replay;
@@ -146,7 +145,7 @@ mod tests;
 use std::time::Duration;
 
 pub use gate::Gate;
-pub use reject_log::{DEFAULT_LINES_PER_SECOND, Logged, RejectLog, SECURITY_REJECTED};
+pub use reject_log::{DEFAULT_LINES_PER_SECOND, Logged, RejectLog};
 pub use rejection::{Reason, Rejection};
 pub use seal::Sealer;
 pub use wire::{Envelope, unix_ms};

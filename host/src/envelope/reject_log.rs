@@ -14,12 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::limiter::RateLimiter;
 use super::{Reason, Rejection};
+use crate::ratelimit::RateLimiter;
 
-/// The name of the event written for a rejected envelope. (Its place is `crate::events`,
-/// with the other event names; it lives here until it moves there.)
-pub const SECURITY_REJECTED: &str = "security.rejected";
+use crate::events::SECURITY_REJECTED;
 
 /// How many `security.rejected` lines [`RejectLog::default`] writes per second at most.
 pub const DEFAULT_LINES_PER_SECOND: u32 = 10;

@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{self, Failure, explain_tls};
-use super::logging::SECURITY_REJECTED;
 use super::registry::{Direction, InFlight, Live};
 use super::stats::Counters;
 use super::{Shared, TransportError, frame, peer, wire};
+use crate::events::SECURITY_REJECTED;
 use crate::pki::{self, Identity, Kind};
 
 /// The connection cache: peer name → slot.

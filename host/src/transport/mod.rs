@@ -66,9 +66,6 @@ use tokio::task::JoinHandle;
 pub use config::{MAX_FRAME_LIMIT, TlsFiles, TransportConfig};
 pub use error::TransportError;
 pub use handler::Handler;
-pub use logging::{
-    SECURITY_REJECTED, TLS_EXPIRING, TLS_RELOAD_FAILED, TLS_RELOADED, TRANSPORT_REJECTED,
-};
 pub use peer::PeerInfo;
 pub use registry::Direction;
 pub use stats::TransportStats;
@@ -76,7 +73,9 @@ pub use wire::ALPN;
 
 use crate::pki::Identity;
 use dial::Peers;
-use logging::{LogLimiter, REJECTION_LINES_PER_SECOND};
+use logging::REJECTION_LINES_PER_SECOND;
+
+use crate::ratelimit::RateLimiter;
 use registry::Registry;
 use stats::Counters;
 use tls::TlsState;
@@ -139,7 +138,10 @@ impl Transport {
             registry: Registry::default(),
             peers: Peers::default(),
             counters: Counters::default(),
-            limiter: LogLimiter::new(REJECTION_LINES_PER_SECOND),
+            limiter: std::sync::Mutex::new(RateLimiter::new(
+                REJECTION_LINES_PER_SECOND,
+                std::time::Duration::from_secs(1),
+            )),
             closing,
         });
         let tasks = vec![
@@ -234,7 +236,7 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) peers: Peers,
     pub(crate) counters: Counters,
-    pub(crate) limiter: LogLimiter,
+    pub(crate) limiter: std::sync::Mutex<RateLimiter>,
     /// One per accepted connection, handshakes included.
     pub(crate) permits: Arc<Semaphore>,
     /// Set once, when the transport shuts down.
@@ -259,7 +261,12 @@ impl Shared {
         remote: SocketAddr,
         reason: &str,
     ) {
-        if let Some(suppressed) = self.limiter.admit() {
+        let admitted = self
+            .limiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(std::time::Instant::now());
+        if let Some(suppressed) = admitted {
             tracing::warn!(event, peer, %remote, reason, suppressed, "refused");
         }
     }

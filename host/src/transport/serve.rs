@@ -26,10 +26,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::{HandshakeFailure, explain_tls, handshake_failure};
 use super::frame::{self, FrameError};
-use super::logging::{SECURITY_REJECTED, TRANSPORT_REJECTED};
 use super::registry::{Direction, InFlight, Live};
 use super::stats::Counters;
 use super::{Shared, peer, wire};
+use crate::events::{SECURITY_REJECTED, TRANSPORT_REJECTED};
 
 /// Accepts connections until the endpoint closes.
 pub(crate) async fn accept_loop(shared: Arc<Shared>) {

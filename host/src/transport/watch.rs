@@ -33,12 +33,12 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use super::logging::{SECURITY_REJECTED, TLS_EXPIRING, TLS_RELOAD_FAILED, TLS_RELOADED};
 use super::registry::Direction;
 use super::resolver::Own;
 use super::stats::Counters;
 use super::trust::Trust;
 use super::{Shared, TlsFiles, TransportError};
+use crate::events::{SECURITY_REJECTED, TLS_EXPIRING, TLS_RELOAD_FAILED, TLS_RELOADED};
 use crate::pki::{self, ExpiryWarning, Identity};
 
 /// What the watcher knows about the files.

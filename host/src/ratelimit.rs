@@ -1,4 +1,5 @@
-//! A rate limit for log lines that holds over every window, not just aligned ones.
+//! A rate limit for log lines that holds over every window, not just aligned ones. Used
+//! for every line a remote peer can cause (`security.rejected`, `transport.rejected`).
 //!
 //! A peer sending garbage must not be able to fill the disk with warnings, yet the first
 //! lines of an incident are the ones worth reading. So the limiter lets `limit` lines
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Lets at most `limit` events through in any `period`.
 #[derive(Debug)]
-pub(super) struct RateLimiter {
+pub(crate) struct RateLimiter {
     limit: usize,
     period: Duration,
     /// When the last (at most `limit`) events were let through, oldest first.
