@@ -24,6 +24,9 @@
 //! does not work at all (a plugin that does not start, a node that does not stop).
 //! Figures from a small, shared machine are noisy: compare medians across runs.
 
+mod common;
+
+use common::{Summary, micros, millis, print_machine};
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -242,14 +245,6 @@ async fn time_starts(
         }
     }
     Ok((instantiate, total))
-}
-
-fn micros(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e6
-}
-
-fn millis(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }
 
 fn failed(failure: Failure) -> anyhow::Error {
@@ -683,49 +678,6 @@ impl Drop for NodeProcess {
 // Statistics and the report
 // ---------------------------------------------------------------------------------------
 
-/// Order statistics of a sample.
-struct Summary {
-    n: usize,
-    min: f64,
-    median: f64,
-    p99: f64,
-    max: f64,
-}
-
-impl Summary {
-    fn of(mut values: Vec<f64>) -> Self {
-        assert!(!values.is_empty(), "no measurements");
-        values.sort_by(f64::total_cmp);
-        let n = values.len();
-        let median = if n % 2 == 1 {
-            values[n / 2]
-        } else {
-            (values[n / 2 - 1] + values[n / 2]) / 2.0
-        };
-        // Nearest rank: the smallest value with at least 99% of the sample at or below it.
-        let p99 = values[(n * 99).div_ceil(100) - 1];
-        Self {
-            n,
-            min: values[0],
-            median,
-            p99,
-            max: values[n - 1],
-        }
-    }
-
-    fn describe(&self, unit: &str, decimals: usize) -> String {
-        format!(
-            "median {:.d$} {unit}, p99 {:.d$}, min {:.d$}, max {:.d$} (N = {})",
-            self.median,
-            self.p99,
-            self.min,
-            self.max,
-            self.n,
-            d = decimals
-        )
-    }
-}
-
 /// A target from the issue: the median should be at most `max`.
 struct Target {
     max: f64,
@@ -841,15 +793,4 @@ fn print_row(cells: &[&str], widths: &[usize]) {
         }
     }
     println!("{}", line.trim_end());
-}
-
-/// The machine's cores and load, so a reader can judge how noisy the figures are.
-fn print_machine(when: &str) {
-    let cores = thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    println!(
-        "machine {when}: {cores} cores, load average {}",
-        load.join(" ")
-    );
 }
