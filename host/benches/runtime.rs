@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use tempfile::TempDir;
 use tenure::ownership::Grant;
-use tenure::runtime::{CacheUse, Failure, InstanceContext, Plugin, Runtime, Signals, StateBackend};
+use tenure::runtime::{CacheUse, Failure, InstanceContext, Plugin, Runtime, StateBackend};
 use tenure::store::LocalStore;
 use tokio::task::JoinHandle;
 
@@ -167,19 +167,19 @@ fn context(
     token: u64,
     state: &Arc<dyn StateBackend>,
 ) -> Arc<InstanceContext> {
-    Arc::new(InstanceContext {
-        plugin: plugin.to_string(),
-        grant: Grant {
-            resource: resource.to_string(),
-            slot: 0,
-            node: "bench".to_string(),
-            token,
-            term: 0,
-        },
-        signals: Signals::new(),
-        state: state.clone(),
-        memory_limit: MEMORY_LIMIT,
-    })
+    let grant = Grant {
+        resource: resource.to_string(),
+        slot: 0,
+        node: "bench".to_string(),
+        token,
+        term: 0,
+    };
+    Arc::new(InstanceContext::new(
+        plugin.to_string(),
+        grant,
+        state.clone(),
+        MEMORY_LIMIT,
+    ))
 }
 
 // ---------------------------------------------------------------------------------------

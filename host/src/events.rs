@@ -17,6 +17,7 @@ pub const RESOURCE_PENDING: &str = "resource.pending";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
 pub const PLUGIN_STARTED: &str = "plugin.started";
 pub const PLUGIN_LOG: &str = "plugin.log";
+pub const PLUGIN_LOG_SUPPRESSED: &str = "plugin.log_suppressed";
 pub const PLUGIN_STOPPED: &str = "plugin.stopped";
 pub const PLUGIN_CLEANUP: &str = "plugin.cleanup";
 pub const PLUGIN_RESTARTING: &str = "plugin.restarting";

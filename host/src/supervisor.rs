@@ -200,13 +200,12 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn new(loaded: &'a Loaded, grant: Grant, deps: &'a Deps) -> Self {
-        let ctx = Arc::new(InstanceContext {
-            plugin: loaded.entry.name.clone(),
+        let ctx = Arc::new(InstanceContext::new(
+            loaded.entry.name.clone(),
             grant,
-            signals: Signals::new(),
-            state: Arc::new(deps.store.clone()) as Arc<dyn StateBackend>,
-            memory_limit: loaded.entry.manifest.limits.memory as usize,
-        });
+            Arc::new(deps.store.clone()) as Arc<dyn StateBackend>,
+            loaded.entry.manifest.limits.memory as usize,
+        ));
         Self { loaded, deps, ctx }
     }
 
@@ -316,14 +315,7 @@ impl<'a> Run<'a> {
                 )
             }
             None => {
-                // Same grant, fresh signals: the new instance is not being stopped.
-                let ctx = Arc::new(InstanceContext {
-                    plugin: self.ctx.plugin.clone(),
-                    grant: self.ctx.grant.clone(),
-                    signals: Signals::new(),
-                    state: self.ctx.state.clone(),
-                    memory_limit: self.ctx.memory_limit,
-                });
+                let ctx = Arc::new(self.ctx.fresh());
                 let signals = ctx.signals.clone();
                 let fresh = async {
                     let mut instance = self.loaded.plugin.instantiate(ctx).await?;

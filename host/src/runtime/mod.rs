@@ -165,8 +165,13 @@ impl Signals {
     }
 }
 
+/// Log lines (log calls plus stdout and stderr lines) one instance may write per second;
+/// the rest are counted and reported, so a plugin logging in a loop cannot flood the
+/// node's log or disk.
+pub const PLUGIN_LOG_LINES_PER_SECOND: u32 = 200;
+
 /// Everything an instance's imports need: who it is, the grant it runs under, its
-/// signals and its state backend.
+/// signals, its state backend and its log budget.
 pub struct InstanceContext {
     /// The plugin's name (its file stem in the plugins folder).
     pub plugin: String,
@@ -175,6 +180,48 @@ pub struct InstanceContext {
     pub state: Arc<dyn StateBackend>,
     /// Memory cap over all of the instance's linear memories, in bytes.
     pub memory_limit: usize,
+    log_budget: std::sync::Mutex<crate::ratelimit::RateLimiter>,
+}
+
+impl InstanceContext {
+    pub fn new(
+        plugin: String,
+        grant: Grant,
+        state: Arc<dyn StateBackend>,
+        memory_limit: usize,
+    ) -> Self {
+        Self {
+            plugin,
+            grant,
+            signals: Signals::new(),
+            state,
+            memory_limit,
+            log_budget: std::sync::Mutex::new(crate::ratelimit::RateLimiter::new(
+                PLUGIN_LOG_LINES_PER_SECOND,
+                Duration::from_secs(1),
+            )),
+        }
+    }
+
+    /// A context for a fresh instance under the same grant (for a cleanup after a trap
+    /// or interrupt): new signals, so the new instance is not being stopped.
+    pub fn fresh(&self) -> Self {
+        Self::new(
+            self.plugin.clone(),
+            self.grant.clone(),
+            self.state.clone(),
+            self.memory_limit,
+        )
+    }
+
+    /// Whether a plugin log line may be written now: `Some(n)`, `n` lines having been
+    /// held back since the last one written.
+    fn admit_log_line(&self) -> Option<u64> {
+        self.log_budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(Instant::now())
+    }
 }
 
 /// The node's wasm engine, linker and compile cache.

@@ -37,10 +37,27 @@ impl Stream {
     }
 }
 
-/// Writes one plugin line to the host log at `level`.
-pub fn emit(ctx: &InstanceContext, stream: Stream, level: Level, raw: &str) {
-    let text = sanitize(raw);
+/// Writes one plugin line to the host log at `level`, within the instance's log budget.
+/// Returns whether the line was written.
+pub fn emit(ctx: &InstanceContext, stream: Stream, level: Level, raw: &str) -> bool {
+    let Some(held_back) = ctx.admit_log_line() else {
+        return false;
+    };
     let lease = &ctx.grant;
+    if held_back > 0 {
+        tracing::warn!(
+            event = events::PLUGIN_LOG_SUPPRESSED,
+            plugin = %ctx.plugin,
+            resource = %lease.resource,
+            slot = lease.slot,
+            token = lease.token,
+            node = %lease.node,
+            lines = held_back,
+            "{held_back} plugin log lines over the limit of {} per second were dropped",
+            crate::runtime::PLUGIN_LOG_LINES_PER_SECOND,
+        );
+    }
+    let text = sanitize(raw);
     macro_rules! line {
         ($lvl:ident) => {
             tracing::$lvl!(
@@ -62,6 +79,7 @@ pub fn emit(ctx: &InstanceContext, stream: Stream, level: Level, raw: &str) {
         Level::Warn => line!(warn),
         Level::Error => line!(error),
     }
+    true
 }
 
 /// Removes terminal escape sequences and control characters (tab excepted), and cuts the
@@ -239,6 +257,43 @@ mod tests {
         let cut = sanitize(&long);
         assert!(cut.len() <= MAX_LINE + " [cut]".len());
         assert!(cut.ends_with(" [cut]"));
+    }
+
+    #[test]
+    fn a_flooding_instance_is_held_to_its_log_budget() {
+        struct NoState;
+        impl crate::runtime::StateBackend for NoState {
+            fn load(
+                &self,
+                _: &crate::ownership::Grant,
+            ) -> crate::runtime::BoxFuture<Result<Option<Vec<u8>>, crate::runtime::StateError>>
+            {
+                Box::pin(async { Ok(None) })
+            }
+            fn save(
+                &self,
+                _: &crate::ownership::Grant,
+                _: Vec<u8>,
+            ) -> crate::runtime::BoxFuture<Result<(), crate::runtime::StateError>> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let grant = crate::ownership::Grant {
+            resource: "r".into(),
+            slot: 0,
+            node: "n".into(),
+            token: 1,
+            term: 0,
+        };
+        let ctx = InstanceContext::new("p".into(), grant, std::sync::Arc::new(NoState), 1 << 20);
+        let written = (0..5_000)
+            .filter(|i| emit(&ctx, Stream::Log, Level::Info, &format!("line {i}")))
+            .count();
+        // The loop takes far less than a second, so exactly one second's budget goes out.
+        assert_eq!(
+            written,
+            crate::runtime::PLUGIN_LOG_LINES_PER_SECOND as usize
+        );
     }
 
     #[test]
