@@ -34,7 +34,7 @@ use tempfile::TempDir;
 use tenure::envelope::{DEFAULT_SKEW, Gate, Sealer};
 use tenure::pki::{self, Algo, IfExists, Signer, Subject, Verifier};
 use tenure::runtime::BoxFuture;
-use tenure::transport::{Handler, PeerInfo, TlsFiles, Transport, TransportConfig};
+use tenure::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig};
 
 const ALGOS: [Algo; 2] = [Algo::Ed25519, Algo::P256];
 /// Length of the message signed and verified.
@@ -173,7 +173,7 @@ fn sample(
 fn envelope_section(certs: &Certs) -> anyhow::Result<Vec<Figure>> {
     println!("\n== envelope: Sealer::seal (n1 → n2), Gate::open (at n2) ==");
     let incarnation = tenure::envelope::unix_ms(SystemTime::now());
-    let sealer = Sealer::new("n1".into(), incarnation, certs.signer.clone());
+    let sealer = Sealer::new("n1".into(), incarnation);
     let gate = Gate::new("n2".into(), DEFAULT_SKEW);
     let mut figures = Vec::new();
     for len in PAYLOADS {
@@ -183,7 +183,7 @@ fn envelope_section(certs: &Certs) -> anyhow::Result<Vec<Figure>> {
         for round in 0..ENVELOPE_WARMUP + ENVELOPE_N {
             let now = SystemTime::now();
             let began = Instant::now();
-            let wire = sealer.seal("n2", KIND, black_box(&payload), now);
+            let wire = sealer.seal(&certs.signer, "n2", KIND, black_box(&payload), now);
             let sealed = Instant::now();
             let envelope = gate
                 .open(black_box(&wire), "n1", &certs.verifier, now)
@@ -221,7 +221,12 @@ fn envelope_section(certs: &Certs) -> anyhow::Result<Vec<Figure>> {
 struct Echo;
 
 impl Handler for Echo {
-    fn handle(&self, _peer: PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
+    fn handle(
+        &self,
+        _peer: PeerInfo,
+        _local: Local,
+        body: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
         Box::pin(async move { Ok(body) })
     }
 }

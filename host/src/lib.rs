@@ -13,6 +13,7 @@ pub mod node;
 pub mod ownership;
 pub mod pki;
 mod ratelimit;
+pub mod rpc;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use crate::pki::Signer;
@@ -34,7 +34,6 @@ pub struct Sealer {
 
 /// What sealing changes, behind the sealer's mutex.
 struct SealerState {
-    signer: Arc<Signer>,
     /// The next sequence number for each recipient.
     next_seq: HashMap<String, u64>,
     /// One past the highest sequence number handed out to anyone: where a recipient that
@@ -43,8 +42,11 @@ struct SealerState {
 }
 
 impl Sealer {
-    /// A sealer for node `me` in run `incarnation`, signing with `signer` (the key of
-    /// `me`'s certificate).
+    /// A sealer for node `me` in run `incarnation`. It holds no key: each envelope is signed
+    /// with the key passed to [`Sealer::seal`], because which key a peer can verify depends
+    /// on the certificate the connection carrying the envelope presented (after a rotation,
+    /// old connections carry the old certificate and new ones the new), while the numbering
+    /// must stay one sequence per recipient across both.
     ///
     /// The incarnation must be greater than that of every earlier run of this node that a
     /// peer may still remember, or peers refuse its envelopes as
@@ -53,20 +55,20 @@ impl Sealer {
     ///   long as the wall clock is not stepped back by more than the node was down;
     /// - a counter kept on disk, incremented and synced before the first envelope is
     ///   sealed, which needs no clock but must survive with the node's data.
-    pub fn new(me: String, incarnation: u64, signer: Arc<Signer>) -> Sealer {
+    pub fn new(me: String, incarnation: u64) -> Sealer {
         Sealer {
             me,
             incarnation,
             state: Mutex::new(SealerState {
-                signer,
                 next_seq: HashMap::new(),
                 floor: 1,
             }),
         }
     }
 
-    /// Numbers, encodes and signs a message of `kind` for `recipient`, stamped with `now`,
-    /// and returns the wire bytes. Each call for a recipient gets a greater sequence number
+    /// Numbers, encodes and signs (with `signer`, the key of the certificate the receiving
+    /// connection saw) a message of `kind` for `recipient`, stamped with `now`, and returns
+    /// the wire bytes. Each call for a recipient gets a greater sequence number
     /// than the call before.
     ///
     /// Nothing is checked here: a payload that makes the result larger than
@@ -76,8 +78,15 @@ impl Sealer {
     /// # Panics
     /// Only if the system's random number generator fails while signing with a P-256 key
     /// (see [`Signer::sign`]).
-    pub fn seal(&self, recipient: &str, kind: u16, payload: &[u8], now: SystemTime) -> Vec<u8> {
-        let (seq, signer) = self.next(recipient);
+    pub fn seal(
+        &self,
+        signer: &Signer,
+        recipient: &str,
+        kind: u16,
+        payload: &[u8],
+        now: SystemTime,
+    ) -> Vec<u8> {
+        let seq = self.next(recipient);
         let envelope = EnvelopeRef {
             sender: &self.me,
             recipient,
@@ -87,14 +96,7 @@ impl Sealer {
             kind,
             payload,
         };
-        seal_envelope(&signer, &envelope)
-    }
-
-    /// Signs subsequent envelopes with `signer` instead, continuing the numbering. For a
-    /// rotated certificate: peers verify with the key of the certificate they see in the
-    /// handshake, so switch when new connections start using the new certificate.
-    pub fn set_signer(&self, signer: Arc<Signer>) {
-        self.lock().signer = signer;
+        seal_envelope(signer, &envelope)
     }
 
     /// The name this sealer signs as.
@@ -107,8 +109,8 @@ impl Sealer {
         self.incarnation
     }
 
-    /// The next sequence number for `recipient`, and the key to sign it with.
-    fn next(&self, recipient: &str) -> (u64, Arc<Signer>) {
+    /// The next sequence number for `recipient`.
+    fn next(&self, recipient: &str) -> u64 {
         let mut state = self.lock();
         let floor = state.floor;
         let seq = match state.next_seq.get_mut(recipient) {
@@ -128,7 +130,7 @@ impl Sealer {
             }
         };
         state.floor = floor.max(seq.saturating_add(1));
-        (seq, Arc::clone(&state.signer))
+        seq
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SealerState> {
@@ -159,10 +161,9 @@ pub(super) fn seal_envelope(signer: &Signer, envelope: &EnvelopeRef<'_>) -> Vec<
 mod tests {
     use super::*;
 
-    /// A sealer whose key is never used: numbering tests do not sign.
+    /// Numbering tests do not sign.
     fn sealer() -> Sealer {
-        let keys = super::super::tests::keys(crate::pki::Algo::Ed25519);
-        Sealer::new("n1".into(), 7, Arc::clone(&keys.n1.signer))
+        Sealer::new("n1".into(), 7)
     }
 
     #[test]
@@ -170,7 +171,7 @@ mod tests {
         let s = sealer();
         let seqs: Vec<_> = ["a", "a", "b", "a", "b", "c"]
             .iter()
-            .map(|r| s.next(r).0)
+            .map(|r| s.next(r))
             .collect();
         // `b` and `c` start above everything handed out so far.
         assert_eq!(seqs, [1, 2, 3, 3, 4, 5]);
@@ -183,7 +184,7 @@ mod tests {
         for round in 0..3 {
             for i in 0..DEFAULT_MAX_SENDERS + 10 {
                 let name = format!("r{}", (i * 7 + round) % (DEFAULT_MAX_SENDERS + 10));
-                let seq = s.next(&name).0;
+                let seq = s.next(&name);
                 if let Some(prev) = last.insert(name.clone(), seq) {
                     assert!(seq > prev, "{name}: {seq} after {prev}");
                 }

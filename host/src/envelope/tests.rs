@@ -120,11 +120,11 @@ fn replay_why(result: Result<Envelope, Rejection>) -> &'static str {
 fn sealed_envelopes_open_with_both_algorithms() {
     for algo in ALGOS {
         let k = keys(algo);
-        let sealer = Sealer::new("n1".into(), 42, Arc::clone(&k.n1.signer));
+        let sealer = Sealer::new("n1".into(), 42);
         let g = gate("n2");
         let payload = vec![0xA5; 100_000];
         for (i, payload) in [&b"vote"[..], &[][..], &payload].into_iter().enumerate() {
-            let wire = sealer.seal("n2", 3, payload, at(NOW_MS + i as u64));
+            let wire = sealer.seal(&k.n1.signer, "n2", 3, payload, at(NOW_MS + i as u64));
             let envelope = open_from_n1(&g, k, &wire).unwrap();
             assert_eq!(
                 envelope,
@@ -147,15 +147,21 @@ fn sealed_envelopes_open_with_both_algorithms() {
 #[test]
 fn the_largest_envelope_opens_and_one_byte_more_does_not() {
     let k = keys(Algo::Ed25519);
-    let sealer = Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer));
-    let overhead = sealer.seal("n2", 0, &[], at(NOW_MS)).len();
+    let sealer = Sealer::new("n1".into(), 1);
+    let overhead = sealer.seal(&k.n1.signer, "n2", 0, &[], at(NOW_MS)).len();
     // A payload length of three varint bytes instead of one, and a body length of three
     // bytes instead of one, make the four extra bytes of overhead.
     let payload = vec![7; MAX_WIRE_LEN - overhead - 4];
-    let wire = sealer.seal("n2", 0, &payload, at(NOW_MS));
+    let wire = sealer.seal(&k.n1.signer, "n2", 0, &payload, at(NOW_MS));
     assert_eq!(wire.len(), MAX_WIRE_LEN);
     assert!(open_from_n1(&gate("n2"), k, &wire).is_ok());
-    let wire = sealer.seal("n2", 0, &[payload, vec![7]].concat(), at(NOW_MS));
+    let wire = sealer.seal(
+        &k.n1.signer,
+        "n2",
+        0,
+        &[payload, vec![7]].concat(),
+        at(NOW_MS),
+    );
     assert!(matches!(
         open_from_n1(&gate("n2"), k, &wire),
         Err(Rejection::Malformed { .. })
@@ -245,8 +251,8 @@ fn a_sender_other_than_the_tls_peer_is_refused() {
 fn an_envelope_for_another_node_is_refused() {
     for algo in ALGOS {
         let k = keys(algo);
-        let sealer = Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer));
-        let wire = sealer.seal("n3", 0, b"x", at(NOW_MS));
+        let sealer = Sealer::new("n1".into(), 1);
+        let wire = sealer.seal(&k.n1.signer, "n3", 0, b"x", at(NOW_MS));
         assert_eq!(
             open_from_n1(&gate("n2"), k, &wire),
             Err(Rejection::WrongRecipient {
@@ -263,12 +269,7 @@ fn an_exact_replay_is_refused() {
     for algo in ALGOS {
         let k = keys(algo);
         let g = gate("n2");
-        let wire = Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer)).seal(
-            "n2",
-            0,
-            b"append",
-            at(NOW_MS),
-        );
+        let wire = Sealer::new("n1".into(), 1).seal(&k.n1.signer, "n2", 0, b"append", at(NOW_MS));
         open_from_n1(&g, k, &wire).unwrap();
         let rejection = open_from_n1(&g, k, &wire).unwrap_err();
         assert_eq!(rejection.reason(), "replay");
@@ -280,9 +281,9 @@ fn an_exact_replay_is_refused() {
 fn reordered_envelopes_are_accepted_once_each() {
     for algo in ALGOS {
         let k = keys(algo);
-        let sealer = Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer));
+        let sealer = Sealer::new("n1".into(), 1);
         let wires: Vec<_> = (0..6)
-            .map(|i| sealer.seal("n2", 0, &[i], at(NOW_MS)))
+            .map(|i| sealer.seal(&k.n1.signer, "n2", 0, &[i], at(NOW_MS)))
             .collect();
         let g = gate("n2");
         for i in [3, 0, 5, 1, 4, 2] {
@@ -320,17 +321,17 @@ fn a_stale_incarnation_is_refused_and_a_restart_starts_afresh() {
     for algo in ALGOS {
         let k = keys(algo);
         let g = gate("n2");
-        let first_run = Sealer::new("n1".into(), 100, Arc::clone(&k.n1.signer));
+        let first_run = Sealer::new("n1".into(), 100);
         let old: Vec<_> = (0..3)
-            .map(|_| first_run.seal("n2", 0, b"", at(NOW_MS)))
+            .map(|_| first_run.seal(&k.n1.signer, "n2", 0, b"", at(NOW_MS)))
             .collect();
         for wire in &old[..2] {
             open_from_n1(&g, k, wire).unwrap();
         }
 
         // n1 restarts: numbering starts over, under a greater incarnation.
-        let second_run = Sealer::new("n1".into(), 200, Arc::clone(&k.n1.signer));
-        let new = second_run.seal("n2", 0, b"", at(NOW_MS));
+        let second_run = Sealer::new("n1".into(), 200);
+        let new = second_run.seal(&k.n1.signer, "n2", 0, b"", at(NOW_MS));
         assert_eq!(open_from_n1(&g, k, &new).unwrap().seq, 1);
 
         // The first run's envelope that was still in flight is now stale.
@@ -520,12 +521,11 @@ fn the_gate_remembers_a_bounded_number_of_senders() {
 #[test]
 fn a_new_key_continues_the_numbering() {
     let k = keys(Algo::Ed25519);
-    let sealer = Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer));
+    let sealer = Sealer::new("n1".into(), 1);
     let g = gate("n2");
-    open_from_n1(&g, k, &sealer.seal("n2", 0, b"", at(NOW_MS))).unwrap();
+    open_from_n1(&g, k, &sealer.seal(&k.n1.signer, "n2", 0, b"", at(NOW_MS))).unwrap();
     // Stand-in for n1's rotated key: n3's key, verified with n3's certificate.
-    sealer.set_signer(Arc::clone(&k.n3.signer));
-    let wire = sealer.seal("n2", 0, b"", at(NOW_MS));
+    let wire = sealer.seal(&k.n3.signer, "n2", 0, b"", at(NOW_MS));
     let envelope = g.open(&wire, "n1", &k.n3.verifier, at(NOW_MS)).unwrap();
     assert_eq!(envelope.seq, 2);
     assert_eq!(
@@ -537,7 +537,7 @@ fn a_new_key_continues_the_numbering() {
 #[test]
 fn sealer_and_gate_can_be_shared_by_concurrent_senders() {
     let k = keys(Algo::Ed25519);
-    let sealer = Arc::new(Sealer::new("n1".into(), 1, Arc::clone(&k.n1.signer)));
+    let sealer = Arc::new(Sealer::new("n1".into(), 1));
     let g = Arc::new(gate("n2"));
     let workers: Vec<_> = (0..4)
         .map(|_| {
@@ -545,7 +545,7 @@ fn sealer_and_gate_can_be_shared_by_concurrent_senders() {
             thread::spawn(move || {
                 let mut sealed = Vec::new();
                 for i in 0..200u32 {
-                    let wire = sealer.seal("n2", 0, &i.to_le_bytes(), at(NOW_MS));
+                    let wire = sealer.seal(&k.n1.signer, "n2", 0, &i.to_le_bytes(), at(NOW_MS));
                     open_from_n1(&g, k, &wire).unwrap();
                     sealed.push(wire);
                 }

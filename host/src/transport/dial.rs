@@ -9,9 +9,11 @@
 //!
 //! After any failure or timeout the connection is dropped from the cache (and retired, so
 //! it closes once its other requests are done): the next request dials afresh, which is
-//! how a dead or restarted peer is noticed within one request. A failure is retried, once
-//! and on a new connection, only when the peer promised it had not processed the request
-//! (see `wire.rs`); that is what keeps a CA rotation free of failed requests.
+//! how a dead or restarted peer is noticed within one request. A failure is retried, at
+//! most twice and each time on a new connection (`MAX_RETRIES`), only when the peer
+//! promised it had not processed the request (see `wire.rs`); that is what keeps a CA rotation free of failed requests. The body is
+//! made per attempt by the caller's closure, with the [`Local`] identity of the connection
+//! used, so a signed body is always signed with the key the peer sees on that connection.
 //!
 //! What it deliberately does not do: retry anything else (a request that may have run is
 //! the caller's to resend, with the envelope layer's replay protection), back off, or
@@ -23,11 +25,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{self, Failure, explain_tls};
-use super::registry::{Direction, InFlight, Live};
+use super::registry::{Direction, InFlight, Live, Refused};
+use super::resolver::Local;
 use super::stats::Counters;
-use super::{Shared, TransportError, frame, peer, wire};
+use super::{PeerInfo, Shared, TransportError, frame, peer, wire};
 use crate::events::SECURITY_REJECTED;
 use crate::pki::{self, Identity, Kind};
+
+/// How many times a request refused unprocessed is sent again, each time on a new
+/// connection. Two, not one: a request refused by a connection retired for a rotation can
+/// meet, on its new connection, a handshake that raced the peer's next certificate reload
+/// (both nodes of a CA rotation reload within a poll of each other). Safe because only
+/// refusals that promise the request did not run are retried.
+const MAX_RETRIES: u32 = 2;
 
 /// The connection cache: peer name → slot.
 #[derive(Default)]
@@ -93,22 +103,16 @@ impl Slot {
 }
 
 impl Shared {
-    /// Sends `body` to node `peer` at `addr` and returns its response body.
+    /// Sends the body `make_body` makes for the connection in use to node `peer` at `addr`
+    /// and returns its response body and the peer that answered.
     pub(crate) async fn request(
         self: &Arc<Self>,
         peer: &str,
         addr: SocketAddr,
-        body: Vec<u8>,
-    ) -> Result<Vec<u8>, TransportError> {
+        make_body: &(dyn Fn(&Local) -> Vec<u8> + Send + Sync),
+    ) -> Result<(Vec<u8>, PeerInfo), TransportError> {
         if self.is_closing() {
             return Err(TransportError::Closed);
-        }
-        let max = self.config.max_frame;
-        if body.len() > max {
-            return Err(TransportError::TooLarge {
-                len: body.len(),
-                max,
-            });
         }
         pki::validate_name(peer).map_err(|e| TransportError::InvalidPeer {
             peer: peer.to_owned(),
@@ -118,7 +122,8 @@ impl Shared {
         let timeout = self.config.request_timeout;
         // Bound to a variable so that a timed-out attempt, and the request slot it holds,
         // is dropped before the connection is abandoned.
-        let outcome = tokio::time::timeout(timeout, self.attempt(peer, addr, &body, &used)).await;
+        let outcome =
+            tokio::time::timeout(timeout, self.attempt(peer, addr, make_body, &used)).await;
         match outcome {
             Ok(result) => result,
             Err(_) => {
@@ -133,43 +138,59 @@ impl Shared {
         }
     }
 
-    /// The request on a connection, and once more on a new one if the peer refused it
-    /// unprocessed. Records the connection in use in `used` for the timeout path.
+    /// The request on a connection, and again on a new one (at most [`MAX_RETRIES`] times)
+    /// if the peer refused it unprocessed. The body is made afresh for each connection,
+    /// with what we presented on it. Records the connection in use in `used` for the
+    /// timeout path.
     async fn attempt(
         self: &Arc<Self>,
         peer: &str,
         addr: SocketAddr,
-        body: &[u8],
+        make_body: &(dyn Fn(&Local) -> Vec<u8> + Send + Sync),
         used: &Mutex<Option<Arc<Live>>>,
-    ) -> Result<Vec<u8>, TransportError> {
-        let mut retried = false;
+    ) -> Result<(Vec<u8>, PeerInfo), TransportError> {
+        let mut retries = 0;
         loop {
-            let flight = self.connection(peer, addr).await?;
-            let live = flight.live().clone();
-            *lock(used) = Some(live.clone());
-            match exchange(&flight, peer, body, self.config.max_frame).await {
-                Ok(Ok(response)) => return Ok(response),
-                Ok(Err(message)) => {
-                    return Err(TransportError::Remote {
-                        peer: peer.to_owned(),
-                        message,
-                    });
-                }
-                Err(Failure {
-                    error,
-                    retry_elsewhere,
-                }) => {
-                    drop(flight);
-                    self.abandon(peer, &live);
-                    if retry_elsewhere && !retried {
-                        retried = true;
-                        Counters::bump(&self.counters.requests_retried);
-                        tracing::debug!(peer, %error, "request refused unprocessed; retrying on a new connection");
-                        continue;
+            let failure = match self.connection(peer, addr).await {
+                Err(failure) => failure,
+                Ok(flight) => {
+                    let live = flight.live().clone();
+                    *lock(used) = Some(live.clone());
+                    let body = make_body(&live.local);
+                    let max = self.config.max_frame;
+                    if body.len() > max {
+                        return Err(TransportError::TooLarge {
+                            len: body.len(),
+                            max,
+                        });
                     }
-                    return Err(error);
+                    match exchange(&flight, peer, &body, max).await {
+                        Ok(Ok(response)) => return Ok((response, live.peer.clone())),
+                        Ok(Err(message)) => {
+                            return Err(TransportError::Remote {
+                                peer: peer.to_owned(),
+                                message,
+                            });
+                        }
+                        Err(failure) => {
+                            drop(flight);
+                            self.abandon(peer, &live);
+                            failure
+                        }
+                    }
                 }
+            };
+            let Failure {
+                error,
+                retry_elsewhere,
+            } = failure;
+            if retry_elsewhere && retries < MAX_RETRIES {
+                retries += 1;
+                Counters::bump(&self.counters.requests_retried);
+                tracing::debug!(peer, %error, "request refused unprocessed; retrying on a new connection");
+                continue;
             }
+            return Err(error);
         }
     }
 
@@ -184,7 +205,7 @@ impl Shared {
         self: &Arc<Self>,
         peer: &str,
         addr: SocketAddr,
-    ) -> Result<InFlight, TransportError> {
+    ) -> Result<InFlight, Failure> {
         let slot = self.peers.slot(peer);
         if let Some(flight) = slot.reuse(addr, self) {
             return Ok(flight);
@@ -198,18 +219,20 @@ impl Shared {
             && failed.addr == addr
             && failed.at >= waiting_since
         {
-            return Err(failed.error.clone());
+            return Err(Failure::maybe_processed(failed.error.clone()));
         }
         match self.dial(peer, addr).await {
             Ok(live) => {
                 // A server that refuses our certificate does so just after our side of
-                // the handshake completed: report its reason, not a lost connection.
+                // the handshake completed: report its reason, not a lost connection. A
+                // server whose certificate changed during the handshake retires the
+                // connection unused: that is worth a retry.
                 let flight = live.begin().ok_or_else(|| match live.conn.close_reason() {
-                    Some(reason) => error::lost(peer, &reason).error,
-                    None => TransportError::ConnectionLost {
+                    Some(reason) => error::lost(peer, &reason),
+                    None => Failure::maybe_processed(TransportError::ConnectionLost {
                         peer: peer.to_owned(),
                         reason: "closed right after the handshake".into(),
-                    },
+                    }),
                 })?;
                 *lock(&slot.cached) = Some((addr, live));
                 *dialing = None;
@@ -221,18 +244,43 @@ impl Shared {
                     addr,
                     error: error.clone(),
                 });
-                Err(error)
+                Err(Failure::maybe_processed(error))
             }
         }
     }
 
     /// Dials `peer` at `addr`, checks that its certificate is node `peer`'s, and registers
-    /// the connection.
+    /// the connection. A handshake during which our own certificate was reloaded is closed
+    /// and made again once: we could not tell which certificate it presented.
     async fn dial(
         self: &Arc<Self>,
         peer: &str,
         addr: SocketAddr,
     ) -> Result<Arc<Live>, TransportError> {
+        if let Some(live) = self.dial_once(peer, addr).await? {
+            return Ok(live);
+        }
+        tracing::debug!(
+            peer,
+            "our certificate changed during the handshake; dialing again"
+        );
+        self.dial_once(peer, addr)
+            .await?
+            .ok_or_else(|| TransportError::ConnectionLost {
+                peer: peer.to_owned(),
+                reason: "our certificate changed during two handshakes in a row".into(),
+            })
+    }
+
+    /// One dial: the registered connection, or `None` if our certificate was reloaded
+    /// during the handshake (the connection is then closed unused).
+    async fn dial_once(
+        self: &Arc<Self>,
+        peer: &str,
+        addr: SocketAddr,
+    ) -> Result<Option<Arc<Live>>, TransportError> {
+        // Noted before the handshake asks the resolver for our certificate.
+        let own = self.tls.own.current();
         let current = self.tls.current();
         let connecting = self
             .endpoint
@@ -284,19 +332,36 @@ impl Shared {
                 actual: info.identity.to_string(),
             }));
         }
-        let live = Arc::new(Live::new(conn.clone(), info, chain, Direction::Dialed));
-        if let Err(e) = self.registry.admit(&live, current.generation, &self.tls) {
-            return Err(refuse(TransportError::PeerRejected {
-                peer: peer.to_owned(),
-                reason: explain_tls(&e.to_string()),
-            }));
+        let live = Arc::new(Live::new(
+            conn.clone(),
+            info,
+            chain,
+            Direction::Dialed,
+            own.local.clone(),
+            own.generation,
+        ));
+        match self.registry.admit(&live, current.generation, &self.tls) {
+            Ok(()) => {}
+            Err(Refused::OwnChanged) => {
+                conn.close(
+                    wire::CLOSE_RETIRED,
+                    b"our certificate changed during the handshake",
+                );
+                return Ok(None);
+            }
+            Err(Refused::Untrusted(e)) => {
+                return Err(refuse(TransportError::PeerRejected {
+                    peer: peer.to_owned(),
+                    reason: explain_tls(&e.to_string()),
+                }));
+            }
         }
         tokio::spawn(forget_when_closed(
             self.clone(),
             peer.to_owned(),
             live.clone(),
         ));
-        Ok(live)
+        Ok(Some(live))
     }
 }
 

@@ -200,7 +200,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn maybe_processed(error: TransportError) -> Failure {
+    pub(crate) fn maybe_processed(error: TransportError) -> Failure {
         Failure {
             error,
             retry_elsewhere: false,

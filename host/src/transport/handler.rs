@@ -5,16 +5,26 @@
 //! deduplicate anything: the envelope layer checks signatures, recipients and replays, and
 //! decides what a node or an operator may ask for, from the [`super::PeerInfo`] it gets.
 //!
+//! The handler also gets the [`super::Local`] identity we presented on the connection the
+//! request arrived on: the peer verifies a signed response with that certificate, so that
+//! is the key to sign it with (after a rotation, old and new connections differ).
+//!
 //! A handler runs in its own task, bounded by `request_timeout`; a handler that panics or
 //! overruns costs its caller an error response, never the endpoint.
 
-use super::PeerInfo;
+use super::{Local, PeerInfo};
 use crate::runtime::BoxFuture;
 
 /// Answers requests arriving over the transport.
 pub trait Handler: Send + Sync + 'static {
-    /// Handles one request `body` from `peer`. `Ok` bytes are the response body (at most
+    /// Handles one request `body` from `peer`, on a connection where we presented `local`.
+    /// `Ok` bytes are the response body (at most
     /// `max_frame` bytes, or the caller gets an error instead); `Err` is a message the
     /// caller receives as [`super::TransportError::Remote`].
-    fn handle(&self, peer: PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>>;
+    fn handle(
+        &self,
+        peer: PeerInfo,
+        local: Local,
+        body: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>>;
 }

@@ -11,8 +11,11 @@
 //! bytes), a status byte and one frame down. There is one cached connection per peer.
 //!
 //! **Rotation without restart.** The certificate, key and CA bundle files are polled
-//! (`watch.rs`). A new certificate is presented by every later handshake (`resolver.rs`); a
-//! new bundle takes effect for every later handshake (`tls.rs`), and established
+//! (`watch.rs`). A new certificate is presented by every later handshake (`resolver.rs`),
+//! and every established connection is then retired, because signed envelopes are
+//! verified with the certificate of the connection they travel on: each connection knows
+//! the [`Local`] identity it presented, and [`Transport::request_with`] and the
+//! [`Handler`] sign with it. A new bundle takes effect for every later handshake (`tls.rs`), and established
 //! connections whose peer no longer verifies against it are retired: closed as soon as
 //! their in-flight requests are answered, with a refusal that tells the dialer to retry on
 //! a new connection (`registry.rs`, `wire.rs`). So a CA can be rotated under load (add the
@@ -54,7 +57,7 @@ mod watch;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -68,6 +71,7 @@ pub use error::TransportError;
 pub use handler::Handler;
 pub use peer::PeerInfo;
 pub use registry::Direction;
+pub use resolver::Local;
 pub use stats::TransportStats;
 pub use wire::ALPN;
 
@@ -156,14 +160,32 @@ impl Transport {
 
     /// Sends `body` to node `peer` at `addr` and returns the response body. Reuses the
     /// cached connection to `peer` or dials one; see [`TransportError`] for what a failure
-    /// says about whether the request ran.
+    /// says about whether the request ran. For unsigned bodies; signed ones need
+    /// [`Transport::request_with`].
     pub async fn request(
         &self,
         peer: &str,
         addr: SocketAddr,
         body: Vec<u8>,
     ) -> Result<Vec<u8>, TransportError> {
-        self.shared.request(peer, addr, body).await
+        let make = move |_: &Local| body.clone();
+        self.request_with(peer, addr, make)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// Like [`Transport::request`], but the body is made by `make_body` for each attempt,
+    /// with the [`Local`] identity we presented on the connection that attempt uses (a
+    /// request refused unprocessed is sent again on a new connection, which may present a
+    /// newer certificate, so a signed body must be signed afresh). Returns the response
+    /// and the peer that answered, whose certificate verifies a signed response.
+    pub async fn request_with(
+        &self,
+        peer: &str,
+        addr: SocketAddr,
+        make_body: impl Fn(&Local) -> Vec<u8> + Send + Sync,
+    ) -> Result<(Vec<u8>, PeerInfo), TransportError> {
+        self.shared.request(peer, addr, &make_body).await
     }
 
     /// The address the endpoint is bound to (with the port chosen for port 0).

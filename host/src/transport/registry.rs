@@ -14,6 +14,15 @@
 //! against the old bundle after [`Registry::reverify`] ran; [`Registry::admit`] notices the
 //! generation change under the same lock and verifies that chain itself.
 //!
+//! Our own certificate is tracked the same way. Each connection records the [`Local`]
+//! identity its handshake presented; [`Registry::admit`] refuses a connection whose
+//! handshake overlapped a certificate reload (the own-certificate generation changed), so
+//! no connection is ever used without knowing which key the peer verifies us with. After a
+//! reload, [`Registry::retire_all`] retires every connection, so that traffic moves to
+//! connections presenting the new certificate; admit and retire_all take the same lock,
+//! and the resolver serves the new certificate before retire_all runs, so no connection
+//! with the old certificate can slip in between.
+//!
 //! Not here: which connection serves which peer name (that cache is `dial.rs`), and
 //! revocation of individual certificates (above this layer).
 
@@ -25,6 +34,7 @@ use quinn::Connection;
 use rustls_pki_types::CertificateDer;
 
 use super::PeerInfo;
+use super::resolver::Local;
 use super::tls::{TlsState, TrustGen};
 use super::wire;
 
@@ -43,7 +53,19 @@ pub(crate) struct Live {
     pub(crate) peer: PeerInfo,
     pub(crate) chain: Vec<CertificateDer<'static>>,
     pub(crate) direction: Direction,
+    /// What we presented in this connection's handshake.
+    pub(crate) local: Local,
+    /// The own-certificate generation `local` belongs to.
+    pub(crate) own_generation: u64,
     state: Mutex<LiveState>,
+}
+
+/// Why [`Registry::admit`] refused a connection.
+pub(crate) enum Refused {
+    /// The peer's chain no longer verifies against a bundle installed during the handshake.
+    Untrusted(rustls::Error),
+    /// Our certificate was reloaded during the handshake: which one the peer saw is unknown.
+    OwnChanged,
 }
 
 #[derive(Default)]
@@ -79,12 +101,16 @@ impl Live {
         peer: PeerInfo,
         chain: Vec<CertificateDer<'static>>,
         direction: Direction,
+        local: Local,
+        own_generation: u64,
     ) -> Live {
         Live {
             conn,
             peer,
             chain,
             direction,
+            local,
+            own_generation,
             state: Mutex::default(),
         }
     }
@@ -149,20 +175,26 @@ impl Registry {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers a connection whose handshake began under bundle `generation`. If another
-    /// bundle has been installed since, its chain is verified against that one first.
+    /// Registers a connection whose handshake began under bundle `generation` and own
+    /// certificate `live.own_generation`. If another bundle has been installed since, its
+    /// chain is verified against that one first; if our certificate was reloaded since,
+    /// the connection is refused (it may have presented either certificate).
     pub(crate) fn admit(
         &self,
         live: &Arc<Live>,
         generation: u64,
         tls: &TlsState,
-    ) -> Result<(), rustls::Error> {
+    ) -> Result<(), Refused> {
         let mut map = self.lock();
+        if tls.own.current().generation != live.own_generation {
+            return Err(Refused::OwnChanged);
+        }
         let current = tls.current();
         if current.generation != generation {
             current
                 .trust
-                .check(live.direction, &live.peer.identity.name, &live.chain)?;
+                .check(live.direction, &live.peer.identity.name, &live.chain)
+                .map_err(Refused::Untrusted)?;
         }
         map.insert(live.id(), live.clone());
         Ok(())
@@ -186,6 +218,17 @@ impl Registry {
                     .err()
                     .map(|e| (live.clone(), e))
             })
+            .collect()
+    }
+
+    /// Every connection not yet retiring, for retirement after our certificate changed.
+    /// Called after the new certificate was installed; holds the lock that
+    /// [`Registry::admit`] takes.
+    pub(crate) fn retire_all(&self) -> Vec<Arc<Live>> {
+        self.lock()
+            .values()
+            .filter(|live| !live.is_retiring())
+            .cloned()
             .collect()
     }
 

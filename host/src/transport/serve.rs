@@ -26,7 +26,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::{HandshakeFailure, explain_tls, handshake_failure};
 use super::frame::{self, FrameError};
-use super::registry::{Direction, InFlight, Live};
+use super::registry::{Direction, InFlight, Live, Refused};
 use super::stats::Counters;
 use super::{Shared, peer, wire};
 use crate::events::{SECURITY_REJECTED, TRANSPORT_REJECTED};
@@ -56,7 +56,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>) {
 /// Completes one handshake, checks the peer, and serves the connection until it closes.
 async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemaphorePermit) {
     let remote = incoming.remote_address();
-    // Noted before the handshake picks its server configuration (see `Registry::admit`).
+    // Noted before the handshake picks its server configuration and asks the resolver for
+    // our certificate (see `Registry::admit`).
+    let own = shared.tls.own.current();
     let generation = shared.tls.current().generation;
     let handshake = async {
         match incoming.accept() {
@@ -105,13 +107,31 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
         Err(reason) => return refuse("unknown", reason),
     };
     let who = info.identity.to_string();
-    let live = Arc::new(Live::new(conn.clone(), info, chain, Direction::Accepted));
-    if let Err(e) = shared.registry.admit(&live, generation, &shared.tls) {
-        let reason = format!(
-            "certificate no longer trusted (CA bundle changed during the handshake): {}",
-            explain_tls(&e.to_string())
-        );
-        return refuse(&who, reason);
+    let live = Arc::new(Live::new(
+        conn.clone(),
+        info,
+        chain,
+        Direction::Accepted,
+        own.local.clone(),
+        own.generation,
+    ));
+    match shared.registry.admit(&live, generation, &shared.tls) {
+        Ok(()) => {}
+        Err(Refused::OwnChanged) => {
+            // Which certificate the peer saw is unknown, so nothing may be answered on
+            // this connection. Closed as retired with nothing processed: the dialer retries
+            // on a new connection, which presents the new certificate.
+            tracing::debug!(peer = %who, %remote, "our certificate changed during the handshake; connection retired unused");
+            conn.close(wire::CLOSE_RETIRED, b"retired");
+            return;
+        }
+        Err(Refused::Untrusted(e)) => {
+            let reason = format!(
+                "certificate no longer trusted (CA bundle changed during the handshake): {}",
+                explain_tls(&e.to_string())
+            );
+            return refuse(&who, reason);
+        }
     }
     tracing::debug!(peer = %who, %remote, "connection accepted");
     serve_connection(&shared, &live).await;
@@ -194,7 +214,8 @@ async fn run_handler(shared: &Arc<Shared>, live: &Arc<Live>, body: Vec<u8>) -> (
     let max = shared.config.max_frame;
     let handler = shared.handler.clone();
     let peer = live.peer.clone();
-    let task = tokio::spawn(async move { handler.handle(peer, body).await });
+    let local = live.local.clone();
+    let task = tokio::spawn(async move { handler.handle(peer, local, body).await });
     let abort = task.abort_handle();
     let error = |message: String| {
         let mut bytes = message.into_bytes();

@@ -2,7 +2,8 @@
 //! (`init_ca`, `issue`, `rotate`), and from rcgen directly for validity windows it refuses
 //! to make (expired, not yet valid). Every refusal test also checks that the refusing
 //! side keeps serving a good client. Nothing waits a fixed time for something to happen:
-//! conditions are polled with generous bounds.
+//! conditions are polled with generous bounds. The certificate helpers are shared with the
+//! RPC tests.
 
 use std::collections::HashMap;
 use std::fs;
@@ -24,10 +25,10 @@ use crate::pki::{self, Algo, IfExists, Kind, Subject};
 use crate::runtime::BoxFuture;
 
 /// Generous bound for anything polled.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Log lines go to the test's output when `RUST_LOG` asks for them.
-fn init_logs() {
+pub(crate) fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -35,7 +36,7 @@ fn init_logs() {
 }
 
 /// Settings shrunk for tests.
-fn config() -> TransportConfig {
+pub(crate) fn config() -> TransportConfig {
     TransportConfig {
         request_timeout: Duration::from_secs(5),
         dial_timeout: Duration::from_millis(500),
@@ -48,12 +49,12 @@ fn config() -> TransportConfig {
 }
 
 /// A CA in a temporary directory, and the certificates it issues.
-struct Certs {
-    dir: TempDir,
+pub(crate) struct Certs {
+    pub(crate) dir: TempDir,
 }
 
 impl Certs {
-    fn new() -> Certs {
+    pub(crate) fn new() -> Certs {
         let dir = TempDir::new().unwrap();
         pki::init_ca(
             &dir.path().join("ca"),
@@ -65,21 +66,21 @@ impl Certs {
         Certs { dir }
     }
 
-    fn ca_dir(&self) -> PathBuf {
+    pub(crate) fn ca_dir(&self) -> PathBuf {
         self.dir.path().join("ca")
     }
 
-    fn ca_pem(&self) -> String {
+    pub(crate) fn ca_pem(&self) -> String {
         fs::read_to_string(self.ca_dir().join(pki::CA_CERT_FILE)).unwrap()
     }
 
-    fn ca_fingerprint(&self) -> String {
+    pub(crate) fn ca_fingerprint(&self) -> String {
         fingerprint_of(&self.ca_dir().join(pki::CA_CERT_FILE))
     }
 
     /// Issues (or reissues) `subject`'s certificate into `certs/`, with a bundle file of
     /// its own holding this CA.
-    fn files(&self, subject: Subject) -> TlsFiles {
+    pub(crate) fn files(&self, subject: Subject) -> TlsFiles {
         let name = subject.name().to_owned();
         let (cert, key) = pki::issue(
             &self.ca_dir(),
@@ -95,7 +96,7 @@ impl Certs {
         TlsFiles { ca, cert, key }
     }
 
-    fn node(&self, name: &str) -> TlsFiles {
+    pub(crate) fn node(&self, name: &str) -> TlsFiles {
         self.files(Subject::Node(name.into()))
     }
 
@@ -140,14 +141,14 @@ impl Certs {
 }
 
 /// Replaces a file the way careful tools do: a temporary file, then a rename.
-fn write_atomically(path: &Path, contents: &str) {
+pub(crate) fn write_atomically(path: &Path, contents: &str) {
     let tmp = path.with_extension("tmp");
     fs::write(&tmp, contents).unwrap();
     fs::rename(&tmp, path).unwrap();
 }
 
 /// The fingerprint of the first certificate in a PEM file.
-fn fingerprint_of(path: &Path) -> String {
+pub(crate) fn fingerprint_of(path: &Path) -> String {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     pki::fingerprint(&CertificateDer::from_pem_file(path).unwrap())
@@ -167,7 +168,12 @@ impl Recorder {
 }
 
 impl Handler for Recorder {
-    fn handle(&self, peer: PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
+    fn handle(
+        &self,
+        peer: PeerInfo,
+        _local: Local,
+        body: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
         self.seen
             .lock()
             .unwrap()
@@ -232,7 +238,7 @@ impl Node {
 }
 
 /// Polls `condition` until it holds; panics naming `what` after [`PATIENCE`].
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

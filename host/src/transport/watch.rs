@@ -5,7 +5,10 @@
 //! when the contents differ from what is loaded it reloads:
 //! - **certificate and key** together, with [`pki::load_identity`] and rustls's own
 //!   key/certificate match check; the result replaces our certificate in the shared
-//!   resolver, so every later handshake presents it and established connections carry on;
+//!   resolver, so every later handshake presents it; then every live connection is retired
+//!   (requests in flight finish, later ones move to new connections), so that signed
+//!   traffic moves to the new key (the peer verifies envelopes with the certificate of
+//!   the connection they arrive on);
 //!   a certificate naming a different node or operator than the one bound is refused;
 //! - **CA bundle**, with [`pki::load_ca_bundle`]; new verifiers are installed for new
 //!   handshakes (`tls.rs`), then every live connection's peer chain is verified again and
@@ -319,14 +322,24 @@ fn apply(shared: &Shared, change: Found) {
         Found::Identity(own) => {
             let previous = shared.tls.own.current().fingerprint.clone();
             let fingerprint = own.fingerprint.clone();
+            // First the resolver, so that the connections replacing the retired ones
+            // present the new certificate.
             shared.tls.own.replace(own);
             Counters::bump(&shared.counters.reloads);
+            let mut retired = 0;
+            for live in shared.registry.retire_all() {
+                if live.retire(shared.config.request_timeout) {
+                    Counters::bump(&shared.counters.connections_retired);
+                    retired += 1;
+                }
+            }
             tracing::info!(
                 event = TLS_RELOADED,
                 what = "certificate",
                 %fingerprint,
                 %previous,
-                "certificate reloaded; new handshakes present it"
+                retired,
+                "certificate reloaded; new handshakes present it, existing connections retired"
             );
         }
         Found::Bundle(trust) => install_bundle(shared, trust),

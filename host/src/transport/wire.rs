@@ -8,7 +8,7 @@
 //!
 //! The codes matter for one decision above all: whether a failed request may be sent again
 //! on a new connection without the risk of running it twice. Only two signals promise that
-//! the server did not process the request, and the dialer retries (once) only on those:
+//! the server did not process the request, and the dialer retries (at most twice) only on those:
 //! [`STREAM_REFUSED`] (the server refused the stream because the connection is being
 //! retired) and [`CLOSE_RETIRED`] (the server closed a retiring connection with no request
 //! in flight). Every other failure may have happened after the handler ran.
@@ -28,7 +28,8 @@ pub(crate) const STATUS_ERROR: u8 = 1;
 
 /// Connection close: the endpoint is shutting down.
 pub(crate) const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(0);
-/// Connection close: retired (peer certificate no longer trusted, or dropped after a failure) with no
+/// Connection close: retired (peer certificate no longer trusted, our certificate changed, or
+/// dropped after a failure) with no
 /// request in flight. Whatever the peer sent that is still unanswered was not processed.
 pub(crate) const CLOSE_RETIRED: VarInt = VarInt::from_u32(1);
 /// Connection close: retired, but requests were still in flight when the grace ran out.

@@ -1,0 +1,143 @@
+//! [`Rpc`]: a node's endpoint for signed calls, both ways.
+//!
+//! `bind` starts a transport whose handler is the serving side (`server.rs`); `call`
+//! seals the request per attempt with the signer of the connection the attempt uses, and
+//! opens the response with the certificate of the peer that answered on that connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use super::error::RpcError;
+use super::server::{Core, Inbound};
+use super::service::Service;
+use super::verifiers::Verifiers;
+use crate::envelope::{DEFAULT_SKEW, Gate, Reason, RejectLog, Sealer};
+use crate::pki::{self, Kind};
+use crate::transport::{Local, TlsFiles, Transport, TransportConfig, TransportError};
+
+/// One node's signed-call endpoint: serves its [`Service`] and calls other nodes.
+pub struct Rpc {
+    me: String,
+    transport: Arc<Transport>,
+    pub(super) core: Arc<Core>,
+}
+
+impl Rpc {
+    /// Binds a transport for `files` (which must hold a node certificate) that answers
+    /// signed calls with `service`. `incarnation` must grow from run to run of this node
+    /// (see [`Sealer::new`]).
+    pub async fn bind(
+        config: TransportConfig,
+        files: TlsFiles,
+        incarnation: u64,
+        service: Arc<dyn Service>,
+    ) -> Result<Rpc, RpcError> {
+        let identity = pki::load_identity(&files.cert, &files.key)
+            .map_err(TransportError::from)?
+            .identity;
+        if identity.kind != Kind::Node {
+            return Err(RpcError::NotANode { identity });
+        }
+        let me = identity.name;
+        let core = Arc::new(Core {
+            sealer: Sealer::new(me.clone(), incarnation),
+            gate: Gate::new(me.clone(), DEFAULT_SKEW),
+            rejects: RejectLog::default(),
+            verifiers: Verifiers::default(),
+            service,
+        });
+        let handler = Arc::new(Inbound { core: core.clone() });
+        let transport = Transport::bind(config, files, handler).await?;
+        Ok(Rpc {
+            me,
+            transport: Arc::new(transport),
+            core,
+        })
+    }
+
+    /// Calls node `peer` at `addr` with a message of `kind` and returns the payload of its
+    /// verified answer.
+    pub async fn call(
+        &self,
+        peer: &str,
+        addr: SocketAddr,
+        kind: u16,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, RpcError> {
+        let sealer = &self.core.sealer;
+        let seal =
+            |local: &Local| sealer.seal(&local.signer, peer, kind, &payload, SystemTime::now());
+        let (response, answered) = match self.transport.request_with(peer, addr, seal).await {
+            Ok(found) => found,
+            Err(TransportError::Remote { peer, message }) => {
+                return Err(RpcError::Remote { peer, message });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let verifier = self
+            .core
+            .verifiers
+            .get(&answered)
+            .map_err(|reason| RpcError::Verifier {
+                peer: peer.to_owned(),
+                reason,
+            })?;
+        let envelope = self
+            .core
+            .gate
+            .open(
+                &response,
+                &answered.identity.name,
+                &verifier,
+                SystemTime::now(),
+            )
+            .map_err(|rejection| {
+                self.core
+                    .rejects
+                    .record(&answered.identity.name, &rejection, Instant::now());
+                RpcError::Rejected {
+                    peer: peer.to_owned(),
+                    rejection,
+                }
+            })?;
+        if envelope.kind != kind {
+            return Err(RpcError::WrongKind {
+                peer: peer.to_owned(),
+                sent: kind,
+                received: envelope.kind,
+            });
+        }
+        Ok(envelope.payload)
+    }
+
+    /// Our node name.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The address the transport is bound to.
+    pub fn local_addr(&self) -> Result<SocketAddr, RpcError> {
+        Ok(self.transport.local_addr()?)
+    }
+
+    /// The transport, e.g. for its connections, TLS state and counters.
+    pub fn transport(&self) -> &Arc<Transport> {
+        &self.transport
+    }
+
+    /// Rejected envelopes (requests and responses) per reason since `bind`.
+    pub fn rejections(&self) -> [(Reason, u64); Reason::ALL.len()] {
+        self.core.rejects.counts()
+    }
+
+    /// Rejected envelopes for one `reason` since `bind`.
+    pub fn rejected(&self, reason: Reason) -> u64 {
+        self.core.rejects.count(reason)
+    }
+
+    /// Shuts the transport down (see [`Transport::close`]).
+    pub async fn close(&self) {
+        self.transport.close().await;
+    }
+}

@@ -1,0 +1,45 @@
+//! Signed calls between nodes: the envelope layer joined to the transport.
+//!
+//! A call is one transport request whose body is an envelope sealed by the caller for the
+//! callee, answered by an envelope sealed by the callee for the caller. Both directions go
+//! through a [`Gate`](crate::envelope::Gate) with the verifier of the TLS peer of the
+//! connection the envelope travelled on: the sender must be that peer (DESIGN.md §4).
+//!
+//! **Which key signs.** A receiver verifies with the certificate it saw in the handshake
+//! of that very connection, and a node may be presenting an older certificate on an
+//! older connection than on a newer one (the transport hot-reloads certificates). So
+//! nothing here keeps "the current key": the caller seals each attempt inside
+//! [`Transport::request_with`](crate::transport::Transport::request_with) with the
+//! [`Local`](crate::transport::Local) signer of the connection that attempt uses, and the
+//! server seals its response with the `Local` of the connection the request came on. A
+//! retried attempt is sealed again, with a new sequence number, so the receiver's replay
+//! window never sees the same envelope twice from the transport's own retry. After a
+//! rotation the transport retires every connection, so traffic moves to the new key
+//! without a failed call.
+//!
+//! **Who may send.** Only node peers: operators authenticate to the transport, but no
+//! operator envelope exists yet, and names of nodes and operators share one namespace in
+//! the gate, so an operator's request is refused with an error before any envelope check.
+//!
+//! **Rejections** are answered with an error (the service is not called), counted per
+//! [`Reason`](crate::envelope::Reason) and logged at a limited rate
+//! ([`RejectLog`](crate::envelope::RejectLog)); a rejected response is counted the same
+//! way and returned as [`RpcError::Rejected`]. Error answers themselves are not signed:
+//! they carry no data a node acts on beyond "this call failed".
+//!
+//! Files: `error.rs` ([`RpcError`]), `service.rs` (the [`Service`] trait), `verifiers.rs`
+//! (a bounded cache of verifiers by certificate fingerprint), `server.rs` (the transport
+//! handler), `client.rs` ([`Rpc`] and its calls).
+
+mod client;
+mod error;
+mod server;
+mod service;
+mod verifiers;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::Rpc;
+pub use error::RpcError;
+pub use service::Service;

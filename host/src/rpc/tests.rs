@@ -1,0 +1,409 @@
+//! Signed calls over the real transport, in process, on loopback, with certificates from
+//! the PKI module (the helpers are the transport tests'). Every rejection test checks the
+//! reason counted on the receiver and that the receiver then still serves a good call. The
+//! rotation test runs signed calls both ways while a certificate and then the CA are
+//! rotated, and requires that none fails. Conditions are polled, never slept for.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use super::*;
+use crate::envelope::{Reason, Sealer};
+use crate::pki::{self, Subject};
+use crate::runtime::BoxFuture;
+use crate::transport::tests::{
+    Certs, config, fingerprint_of, init_logs, wait_until, write_atomically,
+};
+use crate::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportError};
+
+const KIND: u16 = 7;
+
+/// Echoes `name kind payload`; remembers the last certificate of every caller.
+#[derive(Default)]
+struct Echo {
+    seen: Mutex<HashMap<String, String>>,
+}
+
+impl Echo {
+    fn last(&self, peer: &str) -> Option<String> {
+        self.seen.lock().unwrap().get(peer).cloned()
+    }
+}
+
+impl Service for Echo {
+    fn call(
+        &self,
+        from: &PeerInfo,
+        kind: u16,
+        payload: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .insert(from.identity.name.clone(), from.fingerprint.clone());
+        let mut reply = format!("{} {kind} ", from.identity.name).into_bytes();
+        reply.extend_from_slice(&payload);
+        Box::pin(async move { Ok(reply) })
+    }
+}
+
+struct Node {
+    name: String,
+    rpc: Rpc,
+    addr: SocketAddr,
+    files: TlsFiles,
+    echo: Arc<Echo>,
+}
+
+impl Node {
+    async fn start(name: &str, files: TlsFiles, incarnation: u64) -> Node {
+        let echo = Arc::new(Echo::default());
+        let rpc = Rpc::bind(config(), files.clone(), incarnation, echo.clone())
+            .await
+            .unwrap();
+        let addr = rpc.local_addr().unwrap();
+        Node {
+            name: name.to_owned(),
+            rpc,
+            addr,
+            files,
+            echo,
+        }
+    }
+
+    async fn call(&self, to: &Node, payload: &[u8]) -> Result<Vec<u8>, RpcError> {
+        self.rpc
+            .call(&to.name, to.addr, KIND, payload.to_vec())
+            .await
+    }
+
+    /// Asserts a signed round trip to `to` works.
+    async fn assert_serves(&self, to: &Node) {
+        let reply = self.call(to, b"ping").await.unwrap();
+        assert_eq!(reply, format!("{} {KIND} ping", self.name).into_bytes());
+    }
+
+    /// Sends `make`'s bytes, made with the signer of the connection, to `to` over this
+    /// node's transport, unchecked.
+    async fn send_raw(
+        &self,
+        to: &Node,
+        make: impl Fn(&Local) -> Vec<u8> + Send + Sync,
+    ) -> Result<Vec<u8>, TransportError> {
+        self.rpc
+            .transport()
+            .request_with(&to.name, to.addr, make)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    fn sealer(&self) -> &Sealer {
+        &self.rpc.core.sealer
+    }
+}
+
+/// Asserts `result` is the receiver's refusal of our envelope.
+fn assert_refused(result: Result<Vec<u8>, TransportError>, reason: Reason) {
+    match result {
+        Err(TransportError::Remote { message, .. }) => {
+            assert!(message.contains(reason.as_str()), "{message}")
+        }
+        other => panic!("expected a refusal for {reason}, got {other:?}"),
+    }
+}
+
+fn total(rpc: &Rpc) -> u64 {
+    rpc.rejections().iter().map(|(_, n)| n).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_calls_round_trip_in_both_directions() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1"), 1).await;
+    let n2 = Node::start("n2", certs.node("n2"), 1).await;
+    for _ in 0..3 {
+        n1.assert_serves(&n2).await;
+        n2.assert_serves(&n1).await;
+    }
+    assert_eq!(n2.echo.last("n1"), Some(fingerprint_of(&n1.files.cert)));
+    assert_eq!(n1.echo.last("n2"), Some(fingerprint_of(&n2.files.cert)));
+    assert_eq!((total(&n1.rpc), total(&n2.rpc)), (0, 0));
+    assert_eq!(n1.rpc.core.verifiers.len(), 1);
+    n1.rpc.close().await;
+    n2.rpc.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_envelopes_are_counted_and_refused_and_good_calls_carry_on() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1"), 10).await;
+    let n2 = Node::start("n2", certs.node("n2"), 1).await;
+    let n3 = Node::start("n3", certs.node("n3"), 1).await;
+    n1.assert_serves(&n2).await;
+    let now = SystemTime::now;
+
+    // A tampered payload: the signature no longer matches.
+    let tampered = n1
+        .send_raw(&n2, |local| {
+            let mut wire = n1
+                .sealer()
+                .seal(&local.signer, "n2", KIND, b"tamper-me", now());
+            let at = wire.windows(9).position(|w| w == b"tamper-me").unwrap();
+            wire[at] ^= 1;
+            wire
+        })
+        .await;
+    assert_refused(tampered, Reason::BadSignature);
+    assert_eq!(n2.rpc.rejected(Reason::BadSignature), 1);
+    n1.assert_serves(&n2).await;
+
+    // Addressed to another node.
+    let misdirected = n1
+        .send_raw(&n2, |local| {
+            n1.sealer().seal(&local.signer, "n3", KIND, b"x", now())
+        })
+        .await;
+    assert_refused(misdirected, Reason::WrongRecipient);
+    assert_eq!(n2.rpc.rejected(Reason::WrongRecipient), 1);
+    n1.assert_serves(&n2).await;
+
+    // The same sealed bytes twice: accepted once.
+    // (n1's certificate has not changed, so its current key is every connection's.)
+    let n1_key = pki::load_identity(&n1.files.cert, &n1.files.key).unwrap();
+    let once = n1.sealer().seal(&n1_key.signer, "n2", KIND, b"once", now());
+    n1.send_raw(&n2, |_| once.clone()).await.unwrap();
+    assert_refused(n1.send_raw(&n2, |_| once.clone()).await, Reason::Replay);
+    assert_eq!(n2.rpc.rejected(Reason::Replay), 1);
+    n1.assert_serves(&n2).await;
+
+    // n3 relays an envelope n1 signed: not signed by the TLS peer's key.
+    let relayed = Sealer::new("n1".into(), 10).seal(&n1_key.signer, "n2", KIND, b"r", now());
+    assert_refused(
+        n3.send_raw(&n2, |_| relayed.clone()).await,
+        Reason::BadSignature,
+    );
+    assert_eq!(n2.rpc.rejected(Reason::BadSignature), 2);
+    // n3 signs with its own key but names n1 as the sender.
+    let forged = n3_forges_n1();
+    assert_refused(
+        n3.send_raw(&n2, move |local| forged(local)).await,
+        Reason::SenderMismatch,
+    );
+    assert_eq!(n2.rpc.rejected(Reason::SenderMismatch), 1);
+    n3.assert_serves(&n2).await;
+    n1.assert_serves(&n2).await;
+
+    // A second run of n1 with a lower incarnation than the one n2 has heard from.
+    let stale = Node::start("n1", n1.files.clone(), 5).await;
+    match stale.call(&n2, b"old").await {
+        Err(RpcError::Remote { message, .. }) => {
+            assert!(message.contains("stale_incarnation"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(n2.rpc.rejected(Reason::StaleIncarnation), 1);
+    n1.assert_serves(&n2).await;
+    let newer = Node::start("n1", n1.files.clone(), 20).await;
+    newer.assert_serves(&n2).await;
+
+    // Nothing else was counted, and the callers never rejected a response.
+    assert_eq!(total(&n2.rpc), 6);
+    assert_eq!(total(&n1.rpc) + total(&n3.rpc), 0);
+    for node in [&n1, &n2, &n3, &stale, &newer] {
+        node.rpc.close().await;
+    }
+}
+
+/// An envelope naming n1 as sender, signed with the key n3 presents.
+fn n3_forges_n1() -> impl Fn(&Local) -> Vec<u8> + Send + Sync + 'static {
+    let forger = Sealer::new("n1".into(), 10);
+    move |local: &Local| forger.seal(&local.signer, "n2", KIND, b"forged", SystemTime::now())
+}
+
+/// Answers every request with an error: stands in for an operator's handler.
+struct Nothing;
+
+impl Handler for Nothing {
+    fn handle(
+        &self,
+        _peer: PeerInfo,
+        _local: Local,
+        _body: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        Box::pin(async { Err("nothing here".to_owned()) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_cannot_send_envelopes_yet() {
+    init_logs();
+    let certs = Certs::new();
+    let n2 = Node::start("n2", certs.node("n2"), 1).await;
+    let alice = certs.files(Subject::Operator("alice".into()));
+    match Rpc::bind(config(), alice.clone(), 1, Arc::new(Echo::default())).await {
+        Err(e @ RpcError::NotANode { .. }) => assert!(!e.is_retryable()),
+        other => panic!("expected NotANode, got {:?}", other.err()),
+    }
+    let operator = Transport::bind(config(), alice.clone(), Arc::new(Nothing))
+        .await
+        .unwrap();
+    let alice_key = pki::load_identity(&alice.cert, &alice.key).unwrap();
+    let wire = Sealer::new("alice".into(), 1).seal(
+        &alice_key.signer,
+        "n2",
+        KIND,
+        b"hi",
+        SystemTime::now(),
+    );
+    match operator.request("n2", n2.addr, wire).await {
+        Err(TransportError::Remote { message, .. }) => {
+            assert!(message.contains("only nodes"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(total(&n2.rpc), 0);
+    operator.close().await;
+    n2.rpc.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
+    init_logs();
+    let old = Certs::new();
+    let new = Certs::new();
+    let both = old.ca_pem() + &new.ca_pem();
+    let a = Arc::new(Node::start("n1", old.node("n1"), 1).await);
+    let b = Arc::new(Node::start("n2", old.node("n2"), 1).await);
+    a.assert_serves(&b).await;
+    b.assert_serves(&a).await;
+
+    // Four callers, two each way, in loops until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut loops = Vec::new();
+    for i in 0..4 {
+        let (from, to) = if i % 2 == 0 {
+            (a.clone(), b.clone())
+        } else {
+            (b.clone(), a.clone())
+        };
+        let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
+        loops.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let payload = format!("caller {i} call {n}");
+                let expected = format!("{} {KIND} {payload}", from.name).into_bytes();
+                match from.call(&to, payload.as_bytes()).await {
+                    Ok(reply) if reply == expected => {}
+                    Ok(_) => failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{i}/{n}: wrong reply")),
+                    Err(e) => failures.lock().unwrap().push(format!("{i}/{n}: {e}")),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+        }));
+    }
+    let progress = |label: &'static str| {
+        let done = done.clone();
+        let target = done.load(Ordering::Relaxed) + 200;
+        async move {
+            wait_until(label, || done.load(Ordering::Relaxed) >= target).await;
+        }
+    };
+    progress("traffic to flow").await;
+
+    // (a) Rotate n1's key and certificate.
+    let a_before = a.rpc.transport().tls_info().fingerprint;
+    pki::rotate(&old.ca_dir(), "n1", &a.files.cert, &a.files.key, 30).unwrap();
+    let a_rotated = fingerprint_of(&a.files.cert);
+    assert_ne!(a_rotated, a_before);
+    wait_until("n1 to load its rotated certificate", || {
+        a.rpc.transport().tls_info().fingerprint == a_rotated
+    })
+    .await;
+    progress("traffic after the rotation").await;
+    wait_until("n2 to see n1's rotated certificate", || {
+        b.echo.last("n1") == Some(a_rotated.clone())
+    })
+    .await;
+
+    // (b) Rotate the CA: add the new one everywhere...
+    for node in [&a, &b] {
+        write_atomically(&node.files.ca, &both);
+    }
+    wait_until("both nodes to trust both CAs", || {
+        [&a, &b]
+            .iter()
+            .all(|n| n.rpc.transport().tls_info().ca_fingerprints.len() == 2)
+    })
+    .await;
+    progress("traffic after adding the new CA").await;
+    // ...reissue both certificates from it...
+    let a_new = new.node("n1");
+    let b_new = new.node("n2");
+    std::fs::copy(&a_new.cert, &a.files.cert).unwrap();
+    std::fs::copy(&a_new.key, &a.files.key).unwrap();
+    std::fs::copy(&b_new.key, &b.files.key).unwrap();
+    std::fs::copy(&b_new.cert, &b.files.cert).unwrap();
+    let (a_fp, b_fp) = (fingerprint_of(&a.files.cert), fingerprint_of(&b.files.cert));
+    wait_until("both nodes to load their new certificates", || {
+        a.rpc.transport().tls_info().fingerprint == a_fp
+            && b.rpc.transport().tls_info().fingerprint == b_fp
+    })
+    .await;
+    progress("traffic after reissuing").await;
+    // ...and remove the old CA.
+    for node in [&a, &b] {
+        write_atomically(&node.files.ca, &new.ca_pem());
+    }
+    let new_only = vec![new.ca_fingerprint()];
+    wait_until("both nodes to trust only the new CA", || {
+        [&a, &b]
+            .iter()
+            .all(|n| n.rpc.transport().tls_info().ca_fingerprints == new_only)
+    })
+    .await;
+    progress("traffic after removing the old CA").await;
+    // The callers' peers see the new certificates.
+    wait_until("calls to carry the new certificates", || {
+        b.echo.last("n1") == Some(a_fp.clone()) && a.echo.last("n2") == Some(b_fp.clone())
+    })
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    for task in loops {
+        task.await.unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    println!(
+        "signed rotation under load: {} calls, {} failed; n1 {:?}; n2 {:?}",
+        done.load(Ordering::Relaxed),
+        failures.len(),
+        a.rpc.transport().stats(),
+        b.rpc.transport().stats()
+    );
+    assert!(failures.is_empty(), "failed calls: {failures:#?}");
+    assert_eq!(total(&a.rpc) + total(&b.rpc), 0);
+    for node in [&a, &b] {
+        assert!(
+            node.rpc
+                .transport()
+                .connections()
+                .iter()
+                .all(|c| c.retiring || c.peer.fingerprint == a_fp || c.peer.fingerprint == b_fp)
+        );
+    }
+    a.assert_serves(&b).await;
+    b.assert_serves(&a).await;
+    a.rpc.close().await;
+    b.rpc.close().await;
+}
