@@ -52,7 +52,7 @@ mod params;
 mod sign;
 
 #[cfg(test)]
-mod openssl_tests;
+pub(crate) mod openssl_tests;
 #[cfg(test)]
 mod tests;
 

@@ -13,8 +13,8 @@ use tempfile::TempDir;
 use super::*;
 
 /// The `openssl genpkey` arguments for each key type used below.
-const ED25519: &[&str] = &["genpkey", "-algorithm", "ed25519"];
-const P256: &[&str] = &[
+pub(crate) const ED25519: &[&str] = &["genpkey", "-algorithm", "ed25519"];
+pub(crate) const P256: &[&str] = &[
     "genpkey",
     "-algorithm",
     "EC",
@@ -60,7 +60,7 @@ fn genkey(dir: &Path, keygen: &[&str], name: &str) -> PathBuf {
 }
 
 /// An openssl-made CA in `dir` (`ca.pem`, `ca.key`), with a key from `keygen`.
-fn openssl_ca(dir: &Path, keygen: &[&str]) {
+pub(crate) fn openssl_ca(dir: &Path, keygen: &[&str]) {
     genkey(dir, keygen, "ca.key");
     openssl(
         dir,
@@ -86,7 +86,12 @@ fn openssl_ca(dir: &Path, keygen: &[&str]) {
 
 /// An openssl-made leaf `NAME.pem` / `NAME.key` in `dir`, signed by `dir/ca.*`, with the
 /// extensions in `ext`.
-fn openssl_leaf(dir: &Path, keygen: &[&str], name: &str, ext: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn openssl_leaf(
+    dir: &Path,
+    keygen: &[&str],
+    name: &str,
+    ext: &str,
+) -> (PathBuf, PathBuf) {
     let key = genkey(dir, keygen, &format!("{name}.key"));
     let csr = format!("{name}.csr");
     let ext_file = format!("{name}.ext");

@@ -407,3 +407,39 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
     a.rpc.close().await;
     b.rpc.close().await;
 }
+
+/// Certificates made by the openssl command line work exactly as ours do: a CA and two
+/// node certificates from `openssl req` / `openssl x509`, for both key types, carry signed
+/// calls both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_made_by_openssl_carry_signed_calls() {
+    use crate::pki::openssl_tests::{ED25519, P256, openssl_ca, openssl_leaf};
+    init_logs();
+    for keygen in [ED25519, P256] {
+        let dir = tempfile::TempDir::new().unwrap();
+        openssl_ca(dir.path(), keygen);
+        let mut files = Vec::new();
+        for name in ["n1", "n2"] {
+            let ext = format!(
+                "subjectAltName=URI:tenure://node/{name},DNS:{name}\n\
+                 extendedKeyUsage=serverAuth,clientAuth\n\
+                 keyUsage=critical,digitalSignature\n\
+                 basicConstraints=critical,CA:FALSE\n"
+            );
+            let (cert, key) = openssl_leaf(dir.path(), keygen, name, &ext);
+            files.push(TlsFiles {
+                ca: dir.path().join("ca.pem"),
+                cert,
+                key,
+            });
+        }
+        let n1 = Node::start("n1", files[0].clone(), 1).await;
+        let n2 = Node::start("n2", files[1].clone(), 1).await;
+        n1.assert_serves(&n2).await;
+        n2.assert_serves(&n1).await;
+        assert_eq!(n2.echo.last("n1"), Some(fingerprint_of(&n1.files.cert)));
+        assert_eq!((total(&n1.rpc), total(&n2.rpc)), (0, 0));
+        n1.rpc.close().await;
+        n2.rpc.close().await;
+    }
+}
