@@ -89,11 +89,6 @@ impl Instance {
         let result = self.bindings.call_cleanup(&mut self.store, reason).await;
         result.map_err(|err| classify(&self.store, err))
     }
-
-    /// The most linear memory the instance has held, in bytes.
-    pub fn memory_peak(&self) -> usize {
-        self.store.data().memory.peak
-    }
 }
 
 fn classify(store: &Store<HostState>, err: wasmtime::Error) -> Failure {

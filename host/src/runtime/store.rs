@@ -65,7 +65,6 @@ pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostSta
 pub(super) struct MemoryCap {
     limit: usize,
     total: usize,
-    pub(super) peak: usize,
     /// The total the instance asked for when it was refused.
     pub(super) refused: Option<usize>,
 }
@@ -75,7 +74,6 @@ impl MemoryCap {
         Self {
             limit,
             total: 0,
-            peak: 0,
             refused: None,
         }
     }
@@ -94,7 +92,6 @@ impl ResourceLimiter for MemoryCap {
             return Ok(false);
         }
         self.total = next;
-        self.peak = self.peak.max(next);
         Ok(true)
     }
 
@@ -120,9 +117,9 @@ mod tests {
         assert_eq!(cap.refused, None);
         assert!(!cap.memory_growing(60, 80, None).unwrap());
         assert_eq!(cap.refused, Some(110));
-        assert_eq!(cap.peak, 90);
-        // Growing the other memory within what is left still works.
+        // Growing the other memory within what is left still works, up to the limit.
         assert!(cap.memory_growing(30, 40, None).unwrap());
-        assert_eq!(cap.peak, 100);
+        assert_eq!(cap.total, 100);
+        assert!(!cap.memory_growing(40, 41, None).unwrap());
     }
 }
