@@ -229,6 +229,11 @@ async fn run_handler(shared: &Arc<Shared>, live: &Arc<Live>, body: Vec<u8>) -> (
             response.len()
         )),
         Ok(Ok(Err(message))) => error(message),
+        Ok(Err(join)) if join.is_cancelled() => {
+            // The endpoint is shutting down and aborted the handler: not a fault.
+            tracing::debug!(peer = %live.peer.identity, "request handler cancelled at shutdown");
+            error("the node is shutting down".into())
+        }
         Ok(Err(join)) => {
             tracing::error!(peer = %live.peer.identity, error = %join, "request handler panicked");
             error("the request handler failed".into())
