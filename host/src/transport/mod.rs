@@ -25,7 +25,7 @@
 //! **Bounds.** Frames are checked before allocating; streams per connection, connections,
 //! handshakes, request delivery, handlers and dials all have limits (`serve.rs`, `dial.rs`,
 //! [`TransportConfig`]); refusals are counted ([`TransportStats`]) and logged at a limited
-//! rate (`logging.rs`).
+//! rate (`Shared::log_rejection`).
 //!
 //! **Shutdown** ([`Transport::close`]): the watcher is told to stop, the endpoint closes
 //! every connection (`CLOSE_SHUTDOWN`), then `close` waits for the endpoint to go idle and
@@ -45,7 +45,6 @@ mod dial;
 mod error;
 mod frame;
 mod handler;
-mod logging;
 mod peer;
 mod registry;
 mod resolver;
@@ -77,7 +76,6 @@ pub use wire::ALPN;
 
 use crate::pki::Identity;
 use dial::Peers;
-use logging::REJECTION_LINES_PER_SECOND;
 
 use crate::ratelimit::RateLimiter;
 use registry::Registry;
@@ -275,7 +273,11 @@ impl Shared {
         self.endpoint.close(wire::CLOSE_SHUTDOWN, b"shutting down");
     }
 
-    /// Logs a refusal through the rate limiter.
+    /// Logs a refusal, at most [`REJECTION_LINES_PER_SECOND`] lines a second: a peer that
+    /// hammers us with bad handshakes or garbage streams must not turn our log into its
+    /// amplifier. Refusals are always counted (`stats.rs`); only the lines are limited, and
+    /// each line says how many were suppressed before it. (Reload and expiry lines are not
+    /// limited: they come once per file version or certificate.)
     pub(crate) fn log_rejection(
         &self,
         event: &'static str,
@@ -287,12 +289,15 @@ impl Shared {
             .limiter
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .admit(std::time::Instant::now());
+            .admit(Instant::now());
         if let Some(suppressed) = admitted {
             tracing::warn!(event, peer, %remote, reason, suppressed, "refused");
         }
     }
 }
+
+/// Refusal lines per second the transport writes at most.
+const REJECTION_LINES_PER_SECOND: u32 = 10;
 
 /// Binds the endpoint, retrying for a while if the address is still held.
 async fn bind_endpoint(
