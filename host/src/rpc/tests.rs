@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -15,7 +14,7 @@ use crate::envelope::{Reason, Sealer};
 use crate::pki::{self, Subject};
 use crate::runtime::BoxFuture;
 use crate::transport::tests::{
-    Certs, config, fingerprint_of, init_logs, wait_until, write_atomically,
+    Certs, Load, config, fingerprint_of, init_logs, wait_until, write_atomically,
 };
 use crate::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportError};
 
@@ -283,43 +282,24 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
     b.assert_serves(&a).await;
 
     // Four callers, two each way, in loops until told to stop.
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut loops = Vec::new();
-    for i in 0..4 {
+    let (ca, cb) = (a.clone(), b.clone());
+    let load = Load::start(4, move |i, n| {
         let (from, to) = if i % 2 == 0 {
-            (a.clone(), b.clone())
+            (ca.clone(), cb.clone())
         } else {
-            (b.clone(), a.clone())
+            (cb.clone(), ca.clone())
         };
-        let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
-        loops.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let payload = format!("caller {i} call {n}");
-                let expected = format!("{} {KIND} {payload}", from.name).into_bytes();
-                match from.call(&to, payload.as_bytes()).await {
-                    Ok(reply) if reply == expected => {}
-                    Ok(_) => failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("{i}/{n}: wrong reply")),
-                    Err(e) => failures.lock().unwrap().push(format!("{i}/{n}: {e}")),
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                n += 1;
-            }
-        }));
-    }
-    let progress = |label: &'static str| {
-        let done = done.clone();
-        let target = done.load(Ordering::Relaxed) + 200;
         async move {
-            wait_until(label, || done.load(Ordering::Relaxed) >= target).await;
+            let payload = format!("caller {i} call {n}");
+            let expected = format!("{} {KIND} {payload}", from.name).into_bytes();
+            match from.call(&to, payload.as_bytes()).await {
+                Ok(reply) if reply == expected => Ok(()),
+                Ok(_) => Err("wrong reply".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
         }
-    };
-    progress("traffic to flow").await;
+    });
+    load.progress("traffic to flow").await;
 
     // (a) Rotate n1's key and certificate.
     let a_before = a.rpc.transport().tls_info().fingerprint;
@@ -330,7 +310,7 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
         a.rpc.transport().tls_info().fingerprint == a_rotated
     })
     .await;
-    progress("traffic after the rotation").await;
+    load.progress("traffic after the rotation").await;
     wait_until("n2 to see n1's rotated certificate", || {
         b.echo.last("n1") == Some(a_rotated.clone())
     })
@@ -346,7 +326,7 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
             .all(|n| n.rpc.transport().tls_info().ca_fingerprints.len() == 2)
     })
     .await;
-    progress("traffic after adding the new CA").await;
+    load.progress("traffic after adding the new CA").await;
     // ...reissue both certificates from it...
     let a_new = new.node("n1");
     let b_new = new.node("n2");
@@ -360,7 +340,7 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
             && b.rpc.transport().tls_info().fingerprint == b_fp
     })
     .await;
-    progress("traffic after reissuing").await;
+    load.progress("traffic after reissuing").await;
     // ...and remove the old CA.
     for node in [&a, &b] {
         write_atomically(&node.files.ca, &new.ca_pem());
@@ -372,21 +352,16 @@ async fn signed_calls_survive_certificate_and_ca_rotation_under_load() {
             .all(|n| n.rpc.transport().tls_info().ca_fingerprints == new_only)
     })
     .await;
-    progress("traffic after removing the old CA").await;
+    load.progress("traffic after removing the old CA").await;
     // The callers' peers see the new certificates.
     wait_until("calls to carry the new certificates", || {
         b.echo.last("n1") == Some(a_fp.clone()) && a.echo.last("n2") == Some(b_fp.clone())
     })
     .await;
 
-    stop.store(true, Ordering::Relaxed);
-    for task in loops {
-        task.await.unwrap();
-    }
-    let failures = failures.lock().unwrap().clone();
+    let (done, failures) = load.finish().await;
     println!(
-        "signed rotation under load: {} calls, {} failed; n1 {:?}; n2 {:?}",
-        done.load(Ordering::Relaxed),
+        "signed rotation under load: {done} calls, {} failed; n1 {:?}; n2 {:?}",
         failures.len(),
         a.rpc.transport().stats(),
         b.rpc.transport().stats()

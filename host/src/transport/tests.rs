@@ -246,6 +246,68 @@ pub(crate) async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) 
     }
 }
 
+/// Callers in loops until stopped, counting calls and keeping every failure: the load the
+/// rotation tests keep up while certificates and CAs change under it.
+pub(crate) struct Load {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    failures: Arc<Mutex<Vec<String>>>,
+    loops: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts `callers` loops; loop `i` calls `call(i, n)` for n = 0, 1, … until
+    /// [`Load::finish`]. A call returns `Err(what went wrong)` on failure.
+    pub(crate) fn start<F, Fut>(callers: usize, call: F) -> Load
+    where
+        F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let call = Arc::new(call);
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let loops = (0..callers)
+            .map(|i| {
+                let (call, stop) = (call.clone(), stop.clone());
+                let (done, failures) = (done.clone(), failures.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Err(e) = call(i, n).await {
+                            failures.lock().unwrap().push(format!("{i}/{n}: {e}"));
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            done,
+            failures,
+            loops,
+        }
+    }
+
+    /// Waits until 200 more calls have completed (the load is still flowing).
+    pub(crate) async fn progress(&self, what: &str) {
+        let target = self.done.load(Ordering::Relaxed) + 200;
+        wait_until(what, || self.done.load(Ordering::Relaxed) >= target).await;
+    }
+
+    /// Stops the loops, waits for them, and returns the calls made and the failures.
+    pub(crate) async fn finish(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.loops {
+            task.await.unwrap();
+        }
+        let failures = self.failures.lock().unwrap().clone();
+        (self.done.load(Ordering::Relaxed), failures)
+    }
+}
+
 /// A quinn client with a certificate of our making but none of the transport's logic.
 async fn raw_connection(files: &TlsFiles, server: &Node) -> (quinn::Endpoint, quinn::Connection) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -727,42 +789,23 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
     assert!(b.connected_to("n3"));
 
     // Four clients, two each way, in loops until told to stop.
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut loops = Vec::new();
-    for i in 0..4 {
+    let (ta, tb, a_addr, b_addr) = (a.transport.clone(), b.transport.clone(), a.addr, b.addr);
+    let load = Load::start(4, move |i, n| {
         let (from, to, addr) = if i % 2 == 0 {
-            (a.transport.clone(), "n2", b.addr)
+            (ta.clone(), "n2", b_addr)
         } else {
-            (b.transport.clone(), "n1", a.addr)
+            (tb.clone(), "n1", a_addr)
         };
-        let (stop, done, failures) = (stop.clone(), done.clone(), failures.clone());
-        loops.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let body = format!("client {i} request {n}").into_bytes();
-                match from.request(to, addr, body.clone()).await {
-                    Ok(response) if response == body => {}
-                    Ok(_) => failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("{i}/{n}: wrong response")),
-                    Err(e) => failures.lock().unwrap().push(format!("{i}/{n}: {e}")),
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                n += 1;
-            }
-        }));
-    }
-    let progress = |label: &'static str| {
-        let done = done.clone();
-        let target = done.load(Ordering::Relaxed) + 200;
         async move {
-            wait_until(label, || done.load(Ordering::Relaxed) >= target).await;
+            let body = format!("client {i} request {n}").into_bytes();
+            match from.request(to, addr, body.clone()).await {
+                Ok(response) if response == body => Ok(()),
+                Ok(_) => Err("wrong response".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
         }
-    };
-    progress("traffic to flow").await;
+    });
+    load.progress("traffic to flow").await;
 
     // 1. Rotate n1's certificate (same CA).
     let a_before = a.transport.tls_info().fingerprint;
@@ -773,7 +816,7 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
         a.transport.tls_info().fingerprint == a_rotated
     })
     .await;
-    progress("traffic after the rotation").await;
+    load.progress("traffic after the rotation").await;
     // A new handshake presents the rotated certificate.
     a.assert_serves(&d).await;
     assert_eq!(d.recorder.last("n1").unwrap().fingerprint, a_rotated);
@@ -788,7 +831,7 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
             .all(|n| n.transport.tls_info().ca_fingerprints.len() == 2)
     })
     .await;
-    progress("traffic after adding the new CA").await;
+    load.progress("traffic after adding the new CA").await;
     // ...reissue both nodes' certificates from it...
     let a_new = new.node("n1");
     let b_new = new.node("n2");
@@ -801,7 +844,7 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
         a.transport.tls_info().fingerprint == a_fp && b.transport.tls_info().fingerprint == b_fp
     })
     .await;
-    progress("traffic after reissuing").await;
+    load.progress("traffic after reissuing").await;
     // ...and remove the old CA.
     for node in [&a, &b] {
         write_atomically(&node.files.ca, &new.ca_pem());
@@ -824,16 +867,11 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
         !b.connected_to("n3") && !d.connected_to("n2")
     })
     .await;
-    progress("traffic after removing the old CA").await;
+    load.progress("traffic after removing the old CA").await;
 
-    stop.store(true, Ordering::Relaxed);
-    for task in loops {
-        task.await.unwrap();
-    }
-    let failures = failures.lock().unwrap().clone();
+    let (done, failures) = load.finish().await;
     println!(
-        "rotation under load: {} requests, {} failed; n1 {:?}; n2 {:?}",
-        done.load(Ordering::Relaxed),
+        "rotation under load: {done} requests, {} failed; n1 {:?}; n2 {:?}",
         failures.len(),
         a.transport.stats(),
         b.transport.stats()
