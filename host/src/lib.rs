@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod envelope;
 pub mod events;

@@ -1,0 +1,589 @@
+//! [`Cluster::apply`]: the state transitions. Deterministic: no clock, no I/O.
+
+use super::state::*;
+use crate::runtime::MAX_STATE_BYTES;
+
+impl Cluster {
+    /// Applies `command`, committed at log `index` in Raft `term`, and answers it.
+    pub fn apply(&mut self, index: u64, term: u64, command: Command) -> Response {
+        match command {
+            Command::Join { node, addr, labels } => {
+                let member = self.members.entry(node).or_default();
+                member.addr = addr;
+                member.labels = labels;
+                Response::Done
+            }
+            Command::Advertise { node, plugins } => match self.members.get_mut(&node) {
+                Some(member) => {
+                    member.plugins = plugins;
+                    Response::Done
+                }
+                None => unknown(&node),
+            },
+            Command::OpenSession { node, at_ms } => {
+                let Some(member) = self.members.get_mut(&node) else {
+                    return unknown(&node);
+                };
+                let old = member.session.replace(Session {
+                    id: index,
+                    opened_ms: at_ms,
+                });
+                if old.is_some() {
+                    self.vacate_node(&node, index, at_ms, HistoryKind::Expired);
+                }
+                Response::Session(index)
+            }
+            Command::EndSession {
+                node,
+                session,
+                expired,
+                at_ms,
+            } => {
+                let Some(member) = self.members.get_mut(&node) else {
+                    return unknown(&node);
+                };
+                if member.session.as_ref().map(|s| s.id) != Some(session) {
+                    return Response::Stale;
+                }
+                member.session = None;
+                let kind = if expired {
+                    HistoryKind::Expired
+                } else {
+                    HistoryKind::Released
+                };
+                self.vacate_node(&node, index, at_ms, kind);
+                Response::Done
+            }
+            Command::Assign {
+                resource,
+                slot,
+                node,
+                session,
+                version,
+                digest,
+                at_ms,
+            } => {
+                let current = self.members.get(&node).and_then(|m| m.session.as_ref());
+                if current.map(|s| s.id) != Some(session) {
+                    return Response::Refused(format!(
+                        "node {node} has no session {session} (it expired or was replaced)"
+                    ));
+                }
+                let slots = self.resources.entry(resource.clone()).or_default();
+                if let Some(held) = slots.get(&slot) {
+                    return Response::Refused(format!(
+                        "{resource}/{slot} is held by {} (token {})",
+                        held.owner, held.token
+                    ));
+                }
+                if let Some((other, _)) = slots.iter().find(|(_, s)| s.owner == node) {
+                    return Response::Refused(format!(
+                        "{node} already holds {resource}/{other}: a node holds at most one slot of a resource"
+                    ));
+                }
+                if let Some(preferred) = self.preferred.get_mut(&resource) {
+                    preferred.remove(&slot);
+                    if preferred.is_empty() {
+                        self.preferred.remove(&resource);
+                    }
+                }
+                let slots = self.resources.entry(resource.clone()).or_default();
+                slots.insert(
+                    slot,
+                    Slot {
+                        owner: node.clone(),
+                        session,
+                        token: index,
+                        term,
+                        since_ms: at_ms,
+                        version,
+                        digest,
+                        releasing: None,
+                    },
+                );
+                self.record(
+                    index,
+                    at_ms,
+                    (&resource, slot, &node, index),
+                    HistoryKind::Granted,
+                );
+                Response::Granted { token: index, term }
+            }
+            Command::Regrant {
+                resource,
+                slot,
+                token,
+                at_ms,
+            } => {
+                let Some(held) = self.current_mut(&resource, slot, token) else {
+                    return Response::Stale;
+                };
+                if held.releasing.is_some() {
+                    return Response::Refused(format!(
+                        "{resource}/{slot} is being handed over; it is not restarted"
+                    ));
+                }
+                held.token = index;
+                held.term = term;
+                let owner = held.owner.clone();
+                self.record(
+                    index,
+                    at_ms,
+                    (&resource, slot, &owner, index),
+                    HistoryKind::Regranted,
+                );
+                Response::Granted { token: index, term }
+            }
+            Command::BeginHandover {
+                resource,
+                slot,
+                token,
+                reason,
+                to,
+                at_ms,
+            } => {
+                let Some(held) = self.current_mut(&resource, slot, token) else {
+                    return Response::Stale;
+                };
+                if held.releasing.is_some() {
+                    return Response::Done;
+                }
+                held.releasing = Some(Releasing { reason, to, at_ms });
+                let owner = held.owner.clone();
+                self.record(
+                    index,
+                    at_ms,
+                    (&resource, slot, &owner, token),
+                    HistoryKind::HandoverBegun(reason),
+                );
+                Response::Done
+            }
+            Command::Release {
+                resource,
+                slot,
+                token,
+                at_ms,
+            } => {
+                let to = self
+                    .slot(&resource, slot)
+                    .filter(|s| s.token == token)
+                    .and_then(|s| s.releasing.as_ref()?.to.clone());
+                match self.remove_slot(&resource, slot, token) {
+                    Some(owner) => {
+                        if let Some(to) = to {
+                            self.preferred
+                                .entry(resource.clone())
+                                .or_default()
+                                .insert(slot, to);
+                        }
+                        self.record(
+                            index,
+                            at_ms,
+                            (&resource, slot, &owner, token),
+                            HistoryKind::Released,
+                        );
+                        Response::Done
+                    }
+                    None => Response::Stale,
+                }
+            }
+            Command::GiveUp {
+                resource,
+                slot,
+                token,
+                until_ms,
+                at_ms,
+            } => match self.remove_slot(&resource, slot, token) {
+                Some(owner) => {
+                    let cooldown = self.cooldown.entry(resource.clone()).or_default();
+                    cooldown.retain(|_, until| *until > at_ms);
+                    cooldown.insert(owner.clone(), until_ms);
+                    self.record(
+                        index,
+                        at_ms,
+                        (&resource, slot, &owner, token),
+                        HistoryKind::GaveUp,
+                    );
+                    Response::Done
+                }
+                None => Response::Stale,
+            },
+            Command::SaveState {
+                resource,
+                slot,
+                token,
+                data,
+            } => {
+                if data.len() > MAX_STATE_BYTES {
+                    return Response::Refused(format!(
+                        "state blob of {} bytes exceeds the limit of {MAX_STATE_BYTES}",
+                        data.len()
+                    ));
+                }
+                if self.current_mut(&resource, slot, token).is_none() {
+                    return Response::Stale;
+                }
+                self.state.insert(resource, Blob { token, data });
+                Response::Done
+            }
+            Command::SetDraining { node, draining } => match self.members.get_mut(&node) {
+                Some(member) => {
+                    member.draining = draining;
+                    Response::Done
+                }
+                None => unknown(&node),
+            },
+            Command::Revoke { fingerprint } => {
+                self.revoked.insert(fingerprint);
+                Response::Done
+            }
+            Command::Batch(commands) => Response::Batch(
+                commands
+                    .into_iter()
+                    .map(|c| self.apply(index, term, c))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The slot if `token` is its current grant.
+    fn current_mut(&mut self, resource: &str, slot: u32, token: u64) -> Option<&mut Slot> {
+        self.resources
+            .get_mut(resource)?
+            .get_mut(&slot)
+            .filter(|s| s.token == token)
+    }
+
+    /// Removes the slot if `token` is its current grant; returns its owner.
+    fn remove_slot(&mut self, resource: &str, slot: u32, token: u64) -> Option<String> {
+        let slots = self.resources.get_mut(resource)?;
+        if slots.get(&slot)?.token != token {
+            return None;
+        }
+        let removed = slots.remove(&slot)?;
+        if slots.is_empty() {
+            self.resources.remove(resource);
+        }
+        Some(removed.owner)
+    }
+
+    /// Vacates every slot `node` holds.
+    fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
+        let held: Vec<(String, u32, u64)> = self
+            .slots_of(node)
+            .map(|(r, n, s)| (r.to_owned(), n, s.token))
+            .collect();
+        for (resource, slot, token) in held {
+            self.remove_slot(&resource, slot, token);
+            self.record(index, at_ms, (&resource, slot, node, token), kind.clone());
+        }
+    }
+
+    /// Appends to the bounded history; `at` is (resource, slot, node, token).
+    fn record(&mut self, index: u64, at_ms: u64, at: (&str, u32, &str, u64), what: HistoryKind) {
+        let (resource, slot, node, token) = at;
+        if self.history.len() == HISTORY_LEN {
+            self.history.pop_front();
+        }
+        self.history.push_back(HistoryEntry {
+            index,
+            at_ms,
+            resource: resource.to_owned(),
+            slot,
+            node: node.to_owned(),
+            token,
+            what,
+        });
+    }
+}
+
+fn unknown(node: &str) -> Response {
+    Response::Refused(format!("{node} is not a member of the cluster"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    const V1: semver::Version = semver::Version::new(1, 0, 0);
+
+    /// Applies commands at consecutive indexes from `start`, in term 1.
+    struct Log {
+        cluster: Cluster,
+        index: u64,
+    }
+
+    impl Log {
+        fn new() -> Self {
+            let mut log = Log {
+                cluster: Cluster::default(),
+                index: 0,
+            };
+            for node in ["a", "b"] {
+                log.apply(Command::Join {
+                    node: node.into(),
+                    addr: format!("{node}:1"),
+                    labels: BTreeMap::new(),
+                });
+            }
+            log
+        }
+        fn apply(&mut self, command: Command) -> Response {
+            self.index += 1;
+            self.cluster.apply(self.index, 1, command)
+        }
+        fn session(&mut self, node: &str) -> u64 {
+            match self.apply(Command::OpenSession {
+                node: node.into(),
+                at_ms: 0,
+            }) {
+                Response::Session(id) => id,
+                other => panic!("{other:?}"),
+            }
+        }
+        fn assign(&mut self, resource: &str, slot: u32, node: &str, session: u64) -> Response {
+            self.apply(Command::Assign {
+                resource: resource.into(),
+                slot,
+                node: node.into(),
+                session,
+                version: V1,
+                digest: "d".into(),
+                at_ms: 0,
+            })
+        }
+        fn save(&mut self, token: u64, data: &[u8]) -> Response {
+            self.apply(Command::SaveState {
+                resource: "r".into(),
+                slot: 0,
+                token,
+                data: data.to_vec(),
+            })
+        }
+    }
+
+    fn token(response: Response) -> u64 {
+        match response {
+            Response::Granted { token, .. } => token,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tokens_are_log_indexes_and_increase_per_slot() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let b = log.session("b");
+        let first = token(log.assign("r", 0, "a", a));
+        assert_eq!(first, log.index);
+        assert_eq!(
+            log.apply(Command::Release {
+                resource: "r".into(),
+                slot: 0,
+                token: first,
+                at_ms: 0
+            }),
+            Response::Done
+        );
+        let second = token(log.assign("r", 0, "b", b));
+        assert!(second > first);
+        let third = token(log.apply(Command::Regrant {
+            resource: "r".into(),
+            slot: 0,
+            token: second,
+            at_ms: 0,
+        }));
+        assert!(third > second);
+        assert_eq!(log.cluster.slot("r", 0).unwrap().owner, "b");
+    }
+
+    #[test]
+    fn a_slot_is_granted_once_and_a_node_holds_one_slot_per_resource() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let b = log.session("b");
+        token(log.assign("r", 0, "a", a));
+        assert!(matches!(log.assign("r", 0, "b", b), Response::Refused(_)));
+        assert!(matches!(log.assign("r", 1, "a", a), Response::Refused(_)));
+        token(log.assign("r", 1, "b", b));
+    }
+
+    #[test]
+    fn assign_needs_the_current_session() {
+        let mut log = Log::new();
+        let old = log.session("a");
+        let new = log.session("a");
+        assert!(matches!(log.assign("r", 0, "a", old), Response::Refused(_)));
+        token(log.assign("r", 0, "a", new));
+        assert!(matches!(
+            log.assign("q", 0, "ghost", 1),
+            Response::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn saves_are_fenced_by_the_current_token() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let b = log.session("b");
+        let old = token(log.assign("r", 0, "a", a));
+        assert_eq!(log.save(old, b"1"), Response::Done);
+        log.apply(Command::EndSession {
+            node: "a".into(),
+            session: a,
+            expired: true,
+            at_ms: 0,
+        });
+        assert_eq!(log.save(old, b"zombie"), Response::Stale);
+        let new = token(log.assign("r", 0, "b", b));
+        assert_eq!(log.save(old, b"zombie"), Response::Stale);
+        assert_eq!(log.cluster.state["r"].data, b"1");
+        assert_eq!(log.save(new, b"2"), Response::Done);
+        assert_eq!(
+            log.cluster.state["r"],
+            Blob {
+                token: new,
+                data: b"2".to_vec()
+            }
+        );
+        let big = vec![0; MAX_STATE_BYTES + 1];
+        assert!(matches!(log.save(new, &big), Response::Refused(_)));
+    }
+
+    #[test]
+    fn a_releasing_slot_still_saves_then_releases_and_never_restarts() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let t = token(log.assign("r", 0, "a", a));
+        let begin = Command::BeginHandover {
+            resource: "r".into(),
+            slot: 0,
+            token: t,
+            reason: Handover::Moved,
+            to: Some("b".into()),
+            at_ms: 0,
+        };
+        assert_eq!(log.apply(begin.clone()), Response::Done);
+        assert_eq!(log.apply(begin), Response::Done, "idempotent");
+        assert_eq!(log.save(t, b"last words"), Response::Done);
+        assert!(matches!(
+            log.apply(Command::Regrant {
+                resource: "r".into(),
+                slot: 0,
+                token: t,
+                at_ms: 0
+            }),
+            Response::Refused(_)
+        ));
+        let release = Command::Release {
+            resource: "r".into(),
+            slot: 0,
+            token: t,
+            at_ms: 0,
+        };
+        assert_eq!(log.apply(release.clone()), Response::Done);
+        assert_eq!(log.apply(release), Response::Stale);
+        assert!(log.cluster.resources.is_empty());
+        assert_eq!(
+            log.cluster.preferred["r"][&0], "b",
+            "the move's target is kept"
+        );
+        let b = log.session("b");
+        token(log.assign("r", 0, "b", b));
+        assert!(log.cluster.preferred.is_empty(), "a grant clears it");
+        assert_eq!(log.cluster.state["r"].data, b"last words");
+    }
+
+    #[test]
+    fn ending_or_replacing_a_session_vacates_its_slots() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        token(log.assign("r", 0, "a", a));
+        token(log.assign("q", 0, "a", a));
+        log.session("a");
+        assert_eq!(log.cluster.slots_of("a").count(), 0);
+        let kinds: Vec<_> = log.cluster.history.iter().map(|h| h.what.clone()).collect();
+        assert_eq!(
+            kinds,
+            [
+                HistoryKind::Granted,
+                HistoryKind::Granted,
+                HistoryKind::Expired,
+                HistoryKind::Expired
+            ]
+        );
+        let stale = log.apply(Command::EndSession {
+            node: "a".into(),
+            session: a,
+            expired: true,
+            at_ms: 0,
+        });
+        assert_eq!(
+            stale,
+            Response::Stale,
+            "an old session cannot end the new one"
+        );
+        assert!(log.cluster.members["a"].session.is_some());
+    }
+
+    #[test]
+    fn give_up_vacates_and_records_a_cooldown() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let t = token(log.assign("r", 0, "a", a));
+        let give_up = Command::GiveUp {
+            resource: "r".into(),
+            slot: 0,
+            token: t,
+            until_ms: 5_000,
+            at_ms: 1_000,
+        };
+        assert_eq!(log.apply(give_up), Response::Done);
+        assert!(log.cluster.slot("r", 0).is_none());
+        assert_eq!(log.cluster.cooldown["r"]["a"], 5_000);
+    }
+
+    #[test]
+    fn a_batch_answers_each_command_and_history_is_bounded() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let commands = (0..HISTORY_LEN as u32 + 10)
+            .map(|i| Command::Assign {
+                resource: format!("r{i}"),
+                slot: 0,
+                node: "a".into(),
+                session: a,
+                version: V1,
+                digest: "d".into(),
+                at_ms: 0,
+            })
+            .collect();
+        let Response::Batch(answers) = log.apply(Command::Batch(commands)) else {
+            panic!()
+        };
+        assert!(
+            answers
+                .iter()
+                .all(|r| matches!(r, Response::Granted { .. }))
+        );
+        assert_eq!(log.cluster.history.len(), HISTORY_LEN);
+        assert_eq!(log.cluster.slots_of("a").count(), HISTORY_LEN + 10);
+    }
+
+    #[test]
+    fn apply_is_deterministic() {
+        let run = || {
+            let mut log = Log::new();
+            let a = log.session("a");
+            let t = token(log.assign("r", 0, "a", a));
+            log.save(t, b"x");
+            log.cluster
+        };
+        assert_eq!(run(), run());
+        let cluster = run();
+        let bytes = postcard::to_allocvec(&cluster).unwrap();
+        assert_eq!(postcard::from_bytes::<Cluster>(&bytes).unwrap(), cluster);
+    }
+}

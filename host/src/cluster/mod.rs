@@ -1,0 +1,23 @@
+//! The replicated cluster state and the commands that change it.
+//!
+//! This is the data model of the control plane (DESIGN.md §4, "Control plane"): members
+//! and their sessions, resources and their slots, fenced plugin state, revoked
+//! certificates and a bounded history of ownership changes. Raft (`crate::raft`) orders
+//! [`Command`]s into a log; every node applies the same commands in the same order to its
+//! own [`Cluster`], so every node has the same view.
+//!
+//! [`Cluster::apply`] is deterministic: it reads no clock, does no I/O and depends only on
+//! the state, the command and the log position it is applied at. Time enters only as
+//! values carried in commands (`at_ms`, a proposer's wall clock, used for display and
+//! for the minimum term before a rebalance), never as a reading. Decisions that need a
+//! clock (session expiry, placement) are made by the leader and proposed as commands.
+//!
+//! **Fencing tokens** are the log index of the entry that granted a slot, so every grant
+//! of a slot carries a strictly greater token than the one before, on every node.
+//!
+//! Files: `state.rs` (the types), `apply.rs` (the state transitions).
+
+mod apply;
+mod state;
+
+pub use state::*;

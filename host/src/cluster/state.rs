@@ -1,0 +1,287 @@
+//! The types of the replicated state and of the commands that change it.
+//!
+//! Everything here is serialized with postcard into the Raft log and snapshots, and with
+//! serde_json into `tenure status --json`, so maps are keyed by strings or integers only.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// How many ownership changes [`Cluster::history`] keeps.
+pub const HISTORY_LEN: usize = 1000;
+
+/// The whole replicated state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// Every node that ever joined, by name.
+    pub members: BTreeMap<String, Member>,
+    /// Slots that are granted (or being handed over), by resource, then slot number.
+    /// A slot absent here is vacant.
+    pub resources: BTreeMap<String, BTreeMap<u32, Slot>>,
+    /// Plugin state blobs, by resource.
+    pub state: BTreeMap<String, Blob>,
+    /// Fingerprints (`sha256:<hex>`) of revoked certificates.
+    pub revoked: BTreeSet<String>,
+    /// Nodes skipped for a resource after its plugin kept failing there: resource →
+    /// node → until (proposer wall clock, ms since the Unix epoch).
+    pub cooldown: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Where a vacant slot should go next, set by the release of an operator `move`:
+    /// resource → slot → node. Placement honours it if that node is eligible; a grant of
+    /// the slot clears it.
+    pub preferred: BTreeMap<String, BTreeMap<u32, String>>,
+    /// The last [`HISTORY_LEN`] ownership changes, oldest first.
+    pub history: VecDeque<HistoryEntry>,
+}
+
+/// A node of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The address peers dial (`host:port`).
+    pub addr: String,
+    pub labels: BTreeMap<String, String>,
+    /// Drained: gets no new slots, and its slots are moved away.
+    pub draining: bool,
+    /// The plugins the node can run, by resource.
+    pub plugins: BTreeMap<String, Advert>,
+    /// The node's live session, if any. A node without one owns nothing.
+    pub session: Option<Session>,
+}
+
+/// A node's liveness lease as the replicated state sees it. Renewals are not in the log:
+/// the leader keeps their receive times in memory and proposes [`Command::ExpireSession`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// The log index of the entry that opened it: unique, and older sessions are smaller.
+    pub id: u64,
+    /// When it was opened (proposer wall clock, ms since the Unix epoch).
+    pub opened_ms: u64,
+}
+
+/// One plugin a node has in its plugins folder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advert {
+    /// The plugin's file stem.
+    pub plugin: String,
+    pub version: semver::Version,
+    /// `sha256:<hex>` of the wasm bytes.
+    pub digest: String,
+    pub tickets: u32,
+    /// Labels a node must carry to own the resource.
+    pub require: BTreeMap<String, String>,
+}
+
+/// One granted slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub owner: String,
+    /// The owner's session the grant is bound to: it dies with it.
+    pub session: u64,
+    /// Fencing token: the log index of the granting entry.
+    pub token: u64,
+    /// The Raft term of the granting entry.
+    pub term: u64,
+    /// When it was granted (proposer wall clock, ms since the Unix epoch).
+    pub since_ms: u64,
+    /// The plugin version and digest the owner runs.
+    pub version: semver::Version,
+    pub digest: String,
+    /// Set when a graceful handover has begun: the owner stops, cleans up, then releases.
+    pub releasing: Option<Releasing>,
+}
+
+/// A handover in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Releasing {
+    pub reason: Handover,
+    /// The node the slot should go to next (an operator `move`), if any.
+    pub to: Option<String>,
+    pub at_ms: u64,
+}
+
+/// Why a slot is handed over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Handover {
+    /// An operator moved it.
+    Moved,
+    /// Its owner is being drained.
+    Drained,
+    /// Placement evens out the slot counts.
+    Rebalanced,
+    /// A newer plugin version runs elsewhere.
+    PluginUpdated,
+    /// The owner no longer has the plugin, or no node does.
+    PluginRemoved,
+    /// An operator released it.
+    Released,
+    /// The owner is shutting down.
+    Shutdown,
+}
+
+/// A plugin state blob and the token that wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blob {
+    pub token: u64,
+    pub data: Vec<u8>,
+}
+
+/// One ownership change, for `tenure status` and audits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// The log index of the change.
+    pub index: u64,
+    pub at_ms: u64,
+    pub resource: String,
+    pub slot: u32,
+    pub node: String,
+    pub token: u64,
+    pub what: HistoryKind,
+}
+
+/// What happened to a slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HistoryKind {
+    Granted,
+    Regranted,
+    HandoverBegun(Handover),
+    Released,
+    GaveUp,
+    /// The owner's session expired.
+    Expired,
+}
+
+/// A change to the cluster state: one Raft log entry (or part of a [`Command::Batch`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Adds a member or updates its address and labels.
+    Join {
+        node: String,
+        addr: String,
+        labels: BTreeMap<String, String>,
+    },
+    /// Replaces the list of plugins a node can run.
+    Advertise {
+        node: String,
+        plugins: BTreeMap<String, Advert>,
+    },
+    /// Opens a new session for a node (closing any previous one and vacating its slots).
+    /// Answered with [`Response::Session`].
+    OpenSession { node: String, at_ms: u64 },
+    /// Ends a session: its slots become vacant. Proposed by the leader when renewals
+    /// stopped (`expired`), or by the node itself on a clean leave.
+    EndSession {
+        node: String,
+        session: u64,
+        expired: bool,
+        at_ms: u64,
+    },
+    /// Grants a vacant slot to a node with a live session. Answered with
+    /// [`Response::Granted`]: the token is this entry's log index.
+    Assign {
+        resource: String,
+        slot: u32,
+        node: String,
+        session: u64,
+        version: semver::Version,
+        digest: String,
+        at_ms: u64,
+    },
+    /// The owner restarts its plugin after a failure: same owner, a new token.
+    Regrant {
+        resource: String,
+        slot: u32,
+        token: u64,
+        at_ms: u64,
+    },
+    /// Begins a graceful handover of a granted slot.
+    BeginHandover {
+        resource: String,
+        slot: u32,
+        token: u64,
+        reason: Handover,
+        to: Option<String>,
+        at_ms: u64,
+    },
+    /// The owner has stopped and cleaned up: the slot becomes vacant.
+    Release {
+        resource: String,
+        slot: u32,
+        token: u64,
+        at_ms: u64,
+    },
+    /// The owner's plugin kept failing: the slot becomes vacant and the node is skipped
+    /// for the resource until `until_ms`.
+    GiveUp {
+        resource: String,
+        slot: u32,
+        token: u64,
+        until_ms: u64,
+        at_ms: u64,
+    },
+    /// Saves a resource's plugin state, fenced by the writer's token.
+    SaveState {
+        resource: String,
+        slot: u32,
+        token: u64,
+        data: Vec<u8>,
+    },
+    /// Sets or clears a node's draining flag.
+    SetDraining { node: String, draining: bool },
+    /// Revokes a certificate by fingerprint.
+    Revoke { fingerprint: String },
+    /// Several commands in one log entry, applied in order (each answered separately).
+    Batch(Vec<Command>),
+}
+
+/// The answer to a command, once applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Done,
+    /// A session was opened.
+    Session(u64),
+    /// A slot was granted.
+    Granted {
+        token: u64,
+        term: u64,
+    },
+    /// The command's token is not the slot's current one (or the slot is vacant).
+    Stale,
+    /// The command does not apply to the current state; the message says why.
+    Refused(String),
+    Batch(Vec<Response>),
+}
+
+impl Handover {
+    /// The name used in logs and `tenure status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Handover::Moved => "moved",
+            Handover::Drained => "drained",
+            Handover::Rebalanced => "rebalanced",
+            Handover::PluginUpdated => "plugin-updated",
+            Handover::PluginRemoved => "plugin-removed",
+            Handover::Released => "released",
+            Handover::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl Cluster {
+    /// The slot `(resource, slot)`, if granted.
+    pub fn slot(&self, resource: &str, slot: u32) -> Option<&Slot> {
+        self.resources.get(resource)?.get(&slot)
+    }
+
+    /// Every granted slot, with its resource and number.
+    pub fn slots(&self) -> impl Iterator<Item = (&str, u32, &Slot)> {
+        self.resources
+            .iter()
+            .flat_map(|(r, slots)| slots.iter().map(move |(n, s)| (r.as_str(), *n, s)))
+    }
+
+    /// The slots held by `node` under its current session.
+    pub fn slots_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = (&'a str, u32, &'a Slot)> {
+        self.slots().filter(move |(_, _, s)| s.owner == node)
+    }
+}
