@@ -110,6 +110,9 @@ pub struct RunArgs {
     /// Plugins folder (overrides the config file).
     #[arg(long, env = "TENURE_PLUGINS_DIR")]
     pub plugins_dir: Option<PathBuf>,
+    /// UDP address to listen on, e.g. 127.0.0.1:0 (overrides the config file).
+    #[arg(long, env = "TENURE_LISTEN")]
+    pub listen: Option<String>,
     /// Log format: human-readable text, or one JSON object per line (the event log).
     #[arg(long, env = "TENURE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -162,6 +165,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         name: args.name,
         data_dir: args.data_dir,
         plugins_dir: args.plugins_dir,
+        listen: args.listen,
     };
     let config = Config::load(args.config.as_deref(), overrides)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

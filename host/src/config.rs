@@ -6,16 +6,18 @@
 //! from any working directory; relative paths from flags or the environment are relative
 //! to the working directory, as usual for command-line tools.
 //!
-//! This is the configuration of the single-node host. The cluster keys of DESIGN.md
-//! (`listen`, `peers`, `[tls]`, `[lease]`, ...) arrive with the cluster and are refused
-//! as unknown until then, rather than accepted and ignored.
+//! Without `peers`, `join` and `[tls]` a node is the embedded single-node default: a
+//! one-voter cluster with development certificates made in its data dir. `[metrics]`
+//! is not implemented yet and is refused as unknown rather than accepted and ignored.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::catalog::manifest::check_resource_name;
+use crate::ownership::LeaseTiming;
 
 /// A node's resolved configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +30,35 @@ pub struct Config {
     pub plugins_dir: PathBuf,
     /// The node's labels, matched against manifests' `[placement] require`.
     pub labels: BTreeMap<String, String>,
+    /// The UDP address the node listens on (port 0: any free port).
+    pub listen: String,
+    /// The address peers dial; defaults to the bound listen address.
+    pub advertise: Option<String>,
+    /// The initial members (other than this node): bootstrap the cluster once.
+    pub peers: Vec<Peer>,
+    /// Existing members to join through, for a node added later.
+    pub join: Vec<Peer>,
+    /// The node's certificate files; none: development certificates in the data dir.
+    pub tls: Option<Tls>,
+    /// The session lease TTL.
+    pub ttl: Duration,
+}
+
+/// Another node: its name (which its certificate must carry) and address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub name: String,
+    pub addr: String,
+}
+
+/// Certificate files.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// CA bundle (may hold several CAs during a CA rotation).
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Default for Config {
@@ -37,9 +68,18 @@ impl Default for Config {
             data_dir: PathBuf::from("tenure-data"),
             plugins_dir: PathBuf::from("plugins"),
             labels: BTreeMap::new(),
+            listen: DEFAULT_LISTEN.into(),
+            advertise: None,
+            peers: Vec::new(),
+            join: Vec::new(),
+            tls: None,
+            ttl: LeaseTiming::DEFAULT_TTL,
         }
     }
 }
+
+/// The default listen address (DESIGN.md §2).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
 
 /// Values from flags or the environment, which override the file.
 #[derive(Clone, Debug, Default)]
@@ -47,6 +87,7 @@ pub struct Overrides {
     pub name: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub plugins_dir: Option<PathBuf>,
+    pub listen: Option<String>,
 }
 
 /// Why a configuration cannot be used.
@@ -75,6 +116,21 @@ struct ConfigFile {
     plugins_dir: Option<PathBuf>,
     /// Node labels for placement.
     labels: Option<BTreeMap<String, String>>,
+    listen: Option<String>,
+    advertise: Option<String>,
+    /// `NAME@HOST:PORT` each.
+    peers: Option<Vec<String>>,
+    /// `NAME@HOST:PORT` each.
+    join: Option<Vec<String>>,
+    tls: Option<Tls>,
+    lease: Option<LeaseFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseFile {
+    /// e.g. "2s", "500ms".
+    ttl: Option<String>,
 }
 
 impl Config {
@@ -103,6 +159,23 @@ impl Config {
             if let Some(labels) = parsed.labels {
                 config.labels = labels;
             }
+            if let Some(listen) = parsed.listen {
+                config.listen = listen;
+            }
+            config.advertise = parsed.advertise;
+            config.peers = peers("peers", parsed.peers.unwrap_or_default())?;
+            config.join = peers("join", parsed.join.unwrap_or_default())?;
+            config.tls = parsed.tls.map(|tls| Tls {
+                ca: base.join(tls.ca),
+                cert: base.join(tls.cert),
+                key: base.join(tls.key),
+            });
+            if let Some(ttl) = parsed.lease.and_then(|l| l.ttl) {
+                config.ttl = humantime::parse_duration(&ttl).map_err(|e| ConfigError::Invalid {
+                    key: "lease.ttl",
+                    message: format!("{ttl:?}: {e}"),
+                })?;
+            }
         }
         if let Some(name) = overrides.name {
             config.name = name;
@@ -113,12 +186,70 @@ impl Config {
         if let Some(dir) = overrides.plugins_dir {
             config.plugins_dir = dir;
         }
+        if let Some(listen) = overrides.listen {
+            config.listen = listen;
+        }
+        if !(LeaseTiming::MIN_TTL..=LeaseTiming::MAX_TTL).contains(&config.ttl) {
+            return Err(ConfigError::Invalid {
+                key: "lease.ttl",
+                message: format!(
+                    "{} is outside {}..={}",
+                    humantime::format_duration(config.ttl),
+                    humantime::format_duration(LeaseTiming::MIN_TTL),
+                    humantime::format_duration(LeaseTiming::MAX_TTL)
+                ),
+            });
+        }
+        if config
+            .peers
+            .iter()
+            .chain(&config.join)
+            .any(|p| p.name == config.name)
+        {
+            return Err(ConfigError::Invalid {
+                key: "peers",
+                message: format!(
+                    "lists this node ({}) itself; list only the others",
+                    config.name
+                ),
+            });
+        }
         check_resource_name(&config.name).map_err(|message| ConfigError::Invalid {
             key: "name",
             message: message.replacen("resource: ", "", 1),
         })?;
         Ok(config)
     }
+}
+
+/// Parses `NAME@HOST:PORT` entries of `key`.
+fn peers(key: &'static str, entries: Vec<String>) -> Result<Vec<Peer>, ConfigError> {
+    entries
+        .into_iter()
+        .map(|entry| {
+            let (name, addr) = entry.split_once('@').ok_or_else(|| ConfigError::Invalid {
+                key,
+                message: format!("{entry:?} is not NAME@HOST:PORT"),
+            })?;
+            check_resource_name(name).map_err(|message| ConfigError::Invalid {
+                key,
+                message: format!("{entry:?}: {}", message.replacen("resource: ", "", 1)),
+            })?;
+            if addr
+                .rsplit_once(':')
+                .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+            {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("{entry:?}: {addr:?} is not HOST:PORT"),
+                });
+            }
+            Ok(Peer {
+                name: name.to_owned(),
+                addr: addr.to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -151,7 +282,7 @@ mod tests {
         let overrides = Overrides {
             name: Some("n2".into()),
             data_dir: Some("elsewhere".into()),
-            plugins_dir: None,
+            ..Overrides::default()
         };
         let config = Config::load(Some(&path), overrides).unwrap();
         assert_eq!(config.name, "n2");
@@ -177,5 +308,43 @@ mod tests {
         };
         let err = Config::load(None, overrides).unwrap_err().to_string();
         assert!(err.contains("name"), "{err}");
+    }
+
+    #[test]
+    fn cluster_keys_are_parsed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenure.toml");
+        std::fs::write(
+            &path,
+            "name = \"n1\"\nlisten = \"127.0.0.1:7401\"\npeers = [\"n2@10.0.0.2:7400\"]\n\
+             [tls]\nca = \"c/ca.pem\"\ncert = \"c/n1.pem\"\nkey = \"c/n1.key\"\n[lease]\nttl = \"500ms\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7401");
+        assert_eq!(
+            config.peers,
+            [Peer {
+                name: "n2".into(),
+                addr: "10.0.0.2:7400".into()
+            }]
+        );
+        assert_eq!(config.tls.unwrap().ca, dir.path().join("c/ca.pem"));
+        assert_eq!(config.ttl, Duration::from_millis(500));
+
+        for (text, key) in [
+            ("peers = [\"10.0.0.2:7400\"]", "peers"),
+            ("peers = [\"n2@nowhere\"]", "peers"),
+            ("name = \"n1\"\npeers = [\"n1@h:1\"]", "peers"),
+            ("[lease]\nttl = \"100ms\"", "lease.ttl"),
+            ("[lease]\nttl = \"soon\"", "lease.ttl"),
+            ("[metrics]\nlisten = \"127.0.0.1:9464\"", "metrics"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = Config::load(Some(&path), Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 }

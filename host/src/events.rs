@@ -41,3 +41,17 @@ pub const TLS_RELOAD_FAILED: &str = "tls.reload_failed";
 pub const TLS_EXPIRING: &str = "tls.expiring";
 pub const CACHE_ERROR: &str = "cache.error";
 pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";
+
+/// This node saw a new Raft leader (`node`, `term`).
+pub const CLUSTER_LEADER: &str = "cluster.leader";
+/// This node opened a session (`session`).
+pub const SESSION_OPENED: &str = "session.opened";
+/// The leader committed the expiry of a node's session: its slots are vacant.
+pub const SESSION_EXPIRED: &str = "session.expired";
+/// This node's lease deadline passed, or the leader no longer knows its session: its
+/// plugins are stopped and a new session is opened.
+pub const LEASE_LOST: &str = "lease.lost";
+/// A control-plane call failed (a proposal, a renewal); it is retried.
+pub const CONTROL_ERROR: &str = "control.error";
+/// An operator request was accepted for proposal (`operator`, `request`).
+pub const ADMIN_REQUEST: &str = "admin.request";
