@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod admin;
+
+pub use admin::{AdminCommand, Connection, admin};
+
 use crate::catalog;
 use crate::config::{Config, Overrides};
 use crate::pki;
@@ -32,6 +36,9 @@ pub enum Command {
     /// Cluster certificates: a CA, node and operator certificates, rotation.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Operator commands: status, move, drain, undrain, release, revoke.
+    #[command(flatten)]
+    Admin(AdminCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,6 +120,10 @@ pub struct RunArgs {
     /// UDP address to listen on, e.g. 127.0.0.1:0 (overrides the config file).
     #[arg(long, env = "TENURE_LISTEN")]
     pub listen: Option<String>,
+    /// Serve Prometheus /metrics, /healthz and /readyz on this IP:PORT over plain HTTP,
+    /// or `off` (overrides the config file; default: off).
+    #[arg(long, env = "TENURE_METRICS_LISTEN", value_name = "IP:PORT")]
+    pub metrics_listen: Option<String>,
     /// Log format: human-readable text, or one JSON object per line (the event log).
     #[arg(long, env = "TENURE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -141,8 +152,12 @@ pub enum LogFormat {
 /// `RUST_LOG` refines the default filter.
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "info,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn,{}",
+            crate::raft::LOG_FILTER
+        ))
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stdout);
@@ -166,6 +181,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         plugins_dir: args.plugins_dir,
         listen: args.listen,
+        metrics_listen: args.metrics_listen,
     };
     let config = Config::load(args.config.as_deref(), overrides)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,10 +7,12 @@
 //! to the working directory, as usual for command-line tools.
 //!
 //! Without `peers`, `join` and `[tls]` a node is the embedded single-node default: a
-//! one-voter cluster with development certificates made in its data dir. `[metrics]`
-//! is not implemented yet and is refused as unknown rather than accepted and ignored.
+//! one-voter cluster with development certificates made in its data dir. The metrics
+//! endpoint (`[metrics] listen`) is off unless configured: it serves plain HTTP, so it
+//! is opened only on an address someone chose.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,6 +44,8 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// The session lease TTL.
     pub ttl: Duration,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (plain HTTP); none: off.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Another node: its name (which its certificate must carry) and address.
@@ -74,6 +78,7 @@ impl Default for Config {
             join: Vec::new(),
             tls: None,
             ttl: LeaseTiming::DEFAULT_TTL,
+            metrics: None,
         }
     }
 }
@@ -88,6 +93,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub plugins_dir: Option<PathBuf>,
     pub listen: Option<String>,
+    /// The metrics listen address; `off` (or empty) turns a configured endpoint off.
+    pub metrics_listen: Option<String>,
 }
 
 /// Why a configuration cannot be used.
@@ -124,6 +131,14 @@ struct ConfigFile {
     join: Option<Vec<String>>,
     tls: Option<Tls>,
     lease: Option<LeaseFile>,
+    metrics: Option<MetricsFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsFile {
+    /// e.g. "127.0.0.1:9464".
+    listen: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -176,6 +191,9 @@ impl Config {
                     message: format!("{ttl:?}: {e}"),
                 })?;
             }
+            if let Some(listen) = parsed.metrics.and_then(|m| m.listen) {
+                config.metrics = metrics_listen(&listen)?;
+            }
         }
         if let Some(name) = overrides.name {
             config.name = name;
@@ -188,6 +206,9 @@ impl Config {
         }
         if let Some(listen) = overrides.listen {
             config.listen = listen;
+        }
+        if let Some(listen) = overrides.metrics_listen {
+            config.metrics = metrics_listen(&listen)?;
         }
         if !(LeaseTiming::MIN_TTL..=LeaseTiming::MAX_TTL).contains(&config.ttl) {
             return Err(ConfigError::Invalid {
@@ -220,6 +241,18 @@ impl Config {
         })?;
         Ok(config)
     }
+}
+
+/// Parses the metrics listen address: `IP:PORT`, or `off` / empty for none.
+fn metrics_listen(text: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    let text = text.trim();
+    if text.is_empty() || text == "off" {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| ConfigError::Invalid {
+        key: "metrics.listen",
+        message: format!("{text:?} is not IP:PORT (e.g. \"127.0.0.1:9464\")"),
+    })
 }
 
 /// Parses `NAME@HOST:PORT` entries of `key`.
@@ -331,6 +364,23 @@ mod tests {
         );
         assert_eq!(config.tls.unwrap().ca, dir.path().join("c/ca.pem"));
         assert_eq!(config.ttl, Duration::from_millis(500));
+        assert_eq!(config.metrics, None, "metrics are off unless configured");
+
+        std::fs::write(&path, "[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
+        let config = Config::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(config.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        for (flag, expected) in [("0.0.0.0:9000", Some("0.0.0.0:9000")), ("off", None)] {
+            let overrides = Overrides {
+                metrics_listen: Some(flag.into()),
+                ..Overrides::default()
+            };
+            let config = Config::load(Some(&path), overrides).unwrap();
+            assert_eq!(
+                config.metrics,
+                expected.map(|a| a.parse().unwrap()),
+                "{flag}"
+            );
+        }
 
         for (text, key) in [
             ("peers = [\"10.0.0.2:7400\"]", "peers"),
@@ -338,7 +388,8 @@ mod tests {
             ("name = \"n1\"\npeers = [\"n1@h:1\"]", "peers"),
             ("[lease]\nttl = \"100ms\"", "lease.ttl"),
             ("[lease]\nttl = \"soon\"", "lease.ttl"),
-            ("[metrics]\nlisten = \"127.0.0.1:9464\"", "metrics"),
+            ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"127.0.0.1:9464\"\nport = 1", "port"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(Some(&path), Overrides::default())

@@ -42,6 +42,9 @@ pub const TLS_EXPIRING: &str = "tls.expiring";
 pub const CACHE_ERROR: &str = "cache.error";
 pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";
 
+/// The metrics endpoint is listening (`addr`).
+pub const METRICS_LISTENING: &str = "metrics.listening";
+
 /// This node saw a new Raft leader (`node`, `term`).
 pub const CLUSTER_LEADER: &str = "cluster.leader";
 /// This node opened a session (`session`).
@@ -55,3 +58,14 @@ pub const LEASE_LOST: &str = "lease.lost";
 pub const CONTROL_ERROR: &str = "control.error";
 /// An operator request was accepted for proposal (`operator`, `request`).
 pub const ADMIN_REQUEST: &str = "admin.request";
+/// No `[tls]` was configured, and development certificates were made in the data dir.
+pub const DEV_CERTS: &str = "node.dev_certs";
+/// This node initialized the Raft group with the initial members (`members`).
+pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
+/// This node joined an existing cluster (`via`, `voter`).
+pub const CLUSTER_JOINED: &str = "cluster.joined";
+/// The leader changed the Raft membership: a learner added, promoted, or a member's
+/// address updated (`peer`).
+pub const CLUSTER_MEMBERSHIP: &str = "cluster.membership";
+/// A Raft peer became unreachable, or reachable again (`peer`, `addr`).
+pub const CLUSTER_PEER: &str = "cluster.peer";

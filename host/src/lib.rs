@@ -4,18 +4,21 @@
 //! each owned slot's plugin in a sandboxed wasm instance under a supervisor. See
 //! ARCHITECTURE.md for the map of modules and their invariants.
 
+pub mod api;
 pub mod catalog;
 pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod envelope;
 pub mod events;
+pub mod metrics;
 pub mod node;
 pub mod ownership;
 pub mod pki;
+pub mod placement;
+pub mod raft;
 mod ratelimit;
 pub mod rpc;
 pub mod runtime;
-pub mod store;
 pub mod supervisor;
 pub mod transport;

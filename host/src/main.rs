@@ -11,6 +11,7 @@ fn main() {
             tenure::cli::plugin_check(&file, manifest.as_deref())
         }
         Command::Certs(command) => tenure::cli::certs(command),
+        Command::Admin(command) => tenure::cli::admin(command),
     };
     if let Err(err) = result {
         eprintln!("tenure: {err:#}");

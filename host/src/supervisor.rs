@@ -6,17 +6,19 @@
 //!              └── backoff ← failed start (trap, err, out of memory)  → … → failed
 //! ```
 //!
-//! For every start the supervisor takes a new grant (a new, greater fencing token),
-//! writes `plugin.started`, and calls `start`. Then:
+//! The supervisor is handed a grant (a slot with its fencing token) and writes
+//! `plugin.started`, then calls `start`. Then:
 //! - **Stop** (the caller's `stop` future resolves with a reason): the stop flag is set,
-//!   so `sleep` returns `stop-requested`; after the manifest's `stop_grace` the instance
-//!   is interrupted at its next epoch tick. `plugin.stopped` is written once the
-//!   instance can no longer run, then `cleanup(reason)`, then the grant is released.
+//!   so `sleep` returns `stop-requested`; after the manifest's `stop_grace` (or at the
+//!   lease deadline, if that comes first) the instance is interrupted at its next epoch
+//!   tick. `plugin.stopped` is written once the instance can no longer run, then
+//!   `cleanup(reason)`, then the grant is released through [`Grants`].
 //! - **Start returned `ok`**: the task is done but the slot is still owned; the instance
 //!   stays loaded and `cleanup` runs on it when the stop comes.
-//! - **Start failed** (`err`, trap, out of memory): `cleanup(failed)`, release, then a
-//!   new start after an exponential backoff. More than `max_restarts` failures within
-//!   `restart_window` and the supervisor gives up: `plugin.failed`.
+//! - **Start failed** (`err`, trap, out of memory): `cleanup(failed)`, then after an
+//!   exponential backoff a new grant of the same slot (a new, greater token) and a new
+//!   start. More than `max_restarts` failures within `restart_window` and the supervisor
+//!   gives the slot up: `plugin.failed`.
 //!
 //! Cleanup runs exactly once per start, bounded by `cleanup_timeout`: on the same
 //! instance if `start` returned and was never interrupted, otherwise on a fresh instance
@@ -33,13 +35,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use crate::catalog::Entry;
 use crate::events;
 use crate::ownership::Grant;
 use crate::runtime::{
-    CleanupReason, Failure, Instance, InstanceContext, Plugin, Signals, StateBackend,
+    BoxFuture, CleanupReason, Failure, Instance, InstanceContext, Plugin, Signals, StateBackend,
 };
-use crate::store::LocalStore;
 
 /// After an interrupt, how long to wait for the call to unwind before abandoning it.
 const INTERRUPT_BACKSTOP: Duration = Duration::from_secs(1);
@@ -47,8 +50,6 @@ const INTERRUPT_BACKSTOP: Duration = Duration::from_secs(1);
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 /// Longest restart delay.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Delay before retrying a grant the store could not write.
-const GRANT_RETRY: Duration = Duration::from_secs(1);
 
 /// A compiled plugin version together with the files it came from.
 pub struct Loaded {
@@ -56,11 +57,26 @@ pub struct Loaded {
     pub plugin: Plugin,
 }
 
+/// The control plane as a supervisor sees it.
+pub trait Grants: Send + Sync + 'static {
+    /// A new grant of the same slot to the same node after a failed start, or `None` if
+    /// the slot is no longer this node's to restart.
+    fn regrant(&self, grant: &Grant) -> BoxFuture<Option<Grant>>;
+    /// Gives the slot back after cleanup (a no-op when the lease was lost: the session's
+    /// expiry vacates it).
+    fn release(&self, grant: &Grant, reason: CleanupReason) -> BoxFuture<()>;
+    /// Gives the slot up after repeated failures: the node is skipped for the resource
+    /// for a while.
+    fn give_up(&self, grant: &Grant) -> BoxFuture<()>;
+}
+
 /// What a supervisor needs from the node.
 #[derive(Clone)]
 pub struct Deps {
-    pub node: String,
-    pub store: LocalStore,
+    pub grants: Arc<dyn Grants>,
+    pub state: Arc<dyn StateBackend>,
+    /// The node's lease deadline D: plugins are interrupted by it at the latest.
+    pub deadline: watch::Receiver<Option<Instant>>,
 }
 
 /// How supervision of a slot ended.
@@ -68,7 +84,7 @@ pub struct Deps {
 pub enum SlotEnd {
     /// Stopped on request; cleanup has run and the grant is released.
     Stopped(CleanupReason),
-    /// Gave up after too many failed starts; the grant is released.
+    /// Gave up after too many failed starts (or the slot could not be granted again).
     Failed,
 }
 
@@ -85,25 +101,38 @@ pub fn reason_name(reason: CleanupReason) -> &'static str {
     }
 }
 
-/// Supervises `slot` of the plugin's resource until `stop` resolves or the plugin fails
-/// for good.
+/// Supervises the slot of `grant` until `stop` resolves or the plugin fails for good.
+/// Returns how it ended and the last token it held.
 pub async fn run(
     loaded: Arc<Loaded>,
-    slot: u32,
+    grant: Grant,
     deps: Deps,
     stop: impl Future<Output = CleanupReason>,
+) -> (SlotEnd, u64) {
+    let mut last = grant.token;
+    let end = supervise(loaded, grant, deps, stop, &mut last).await;
+    (end, last)
+}
+
+async fn supervise(
+    loaded: Arc<Loaded>,
+    mut grant: Grant,
+    deps: Deps,
+    stop: impl Future<Output = CleanupReason>,
+    last: &mut u64,
 ) -> SlotEnd {
     let mut stop = std::pin::pin!(stop);
     let mut failures: VecDeque<Instant> = VecDeque::new();
     let limits = loaded.entry.manifest.limits.clone();
     loop {
-        let grant = tokio::select! {
-            grant = take_grant(&loaded, slot, &deps) => grant,
-            reason = stop.as_mut() => return SlotEnd::Stopped(reason),
-        };
-        let run = Run::new(&loaded, grant, &deps);
+        acquired(&grant);
+        let run = Run::new(&loaded, grant.clone(), &deps);
         match run.once(&mut stop).await {
-            Ended::Stopped(reason) => return SlotEnd::Stopped(reason),
+            Ended::Stopped(reason) => {
+                deps.grants.release(&grant, reason).await;
+                lost(&grant, reason_name(reason));
+                return SlotEnd::Stopped(reason);
+            }
             Ended::Failed => {}
         }
 
@@ -120,14 +149,17 @@ pub async fn run(
             tracing::error!(
                 event = events::PLUGIN_FAILED,
                 plugin = %loaded.entry.name,
-                resource = %loaded.entry.manifest.resource,
-                slot,
+                resource = %grant.resource,
+                slot = grant.slot,
+                token = grant.token,
                 restarts = limits.max_restarts,
                 window = %humantime::format_duration(limits.restart_window),
                 "plugin failed {} times within {}; giving the slot up",
                 restarts,
                 humantime::format_duration(limits.restart_window),
             );
+            deps.grants.give_up(&grant).await;
+            lost(&grant, "failed");
             return SlotEnd::Failed;
         }
         let backoff = BACKOFF_BASE
@@ -136,53 +168,61 @@ pub async fn run(
         tracing::warn!(
             event = events::PLUGIN_RESTARTING,
             plugin = %loaded.entry.name,
-            resource = %loaded.entry.manifest.resource,
-            slot,
+            resource = %grant.resource,
+            slot = grant.slot,
             attempt = restarts,
             backoff_ms = backoff.as_millis() as u64,
             "restarting the plugin after a failed start",
         );
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            reason = stop.as_mut() => return SlotEnd::Stopped(reason),
+            reason = stop.as_mut() => {
+                deps.grants.release(&grant, reason).await;
+                lost(&grant, reason_name(reason));
+                return SlotEnd::Stopped(reason);
+            }
+        }
+        let next = tokio::select! {
+            next = deps.grants.regrant(&grant) => next,
+            reason = stop.as_mut() => {
+                deps.grants.release(&grant, reason).await;
+                lost(&grant, reason_name(reason));
+                return SlotEnd::Stopped(reason);
+            }
+        };
+        lost(&grant, "restarting");
+        match next {
+            Some(next) => {
+                *last = next.token;
+                grant = next;
+            }
+            None => return SlotEnd::Failed,
         }
     }
 }
 
-/// Takes a new grant from the store, retrying while the store fails.
-async fn take_grant(loaded: &Loaded, slot: u32, deps: &Deps) -> Grant {
-    let resource = loaded.entry.manifest.resource.clone();
-    loop {
-        let store = deps.store.clone();
-        let res = resource.clone();
-        match tokio::task::spawn_blocking(move || store.grant(&res, slot)).await {
-            Ok(Ok(token)) => {
-                let grant = Grant {
-                    resource,
-                    slot,
-                    node: deps.node.clone(),
-                    token,
-                    term: 0,
-                };
-                tracing::info!(
-                    event = events::OWNERSHIP_ACQUIRED,
-                    resource = %grant.resource,
-                    slot,
-                    token,
-                    node = %grant.node,
-                    "acquired the slot",
-                );
-                return grant;
-            }
-            Ok(Err(err)) => {
-                tracing::error!(event = events::STORE_ERROR, %resource, slot, error = %err, "cannot record a grant; retrying")
-            }
-            Err(err) => {
-                tracing::error!(event = events::STORE_ERROR, %resource, slot, error = %err, "cannot record a grant; retrying")
-            }
-        }
-        tokio::time::sleep(GRANT_RETRY).await;
-    }
+fn acquired(grant: &Grant) {
+    tracing::info!(
+        event = events::OWNERSHIP_ACQUIRED,
+        resource = %grant.resource,
+        slot = grant.slot,
+        token = grant.token,
+        term = grant.term,
+        node = %grant.node,
+        "acquired the slot",
+    );
+}
+
+fn lost(grant: &Grant, reason: &str) {
+    tracing::info!(
+        event = events::OWNERSHIP_LOST,
+        resource = %grant.resource,
+        slot = grant.slot,
+        token = grant.token,
+        node = %grant.node,
+        reason,
+        "the slot is no longer held under this token",
+    );
 }
 
 /// How one start ended, from the loop's point of view.
@@ -203,14 +243,14 @@ impl<'a> Run<'a> {
         let ctx = Arc::new(InstanceContext::new(
             loaded.entry.name.clone(),
             grant,
-            Arc::new(deps.store.clone()) as Arc<dyn StateBackend>,
+            deps.state.clone(),
             loaded.entry.manifest.limits.memory as usize,
         ));
         Self { loaded, deps, ctx }
     }
 
     async fn once(self, stop: &mut Pin<&mut impl Future<Output = CleanupReason>>) -> Ended {
-        let grace = self.loaded.entry.manifest.limits.stop_grace;
+        let stop_grace = self.loaded.entry.manifest.limits.stop_grace;
         let grant = &self.ctx.grant;
         tracing::info!(
             event = events::PLUGIN_STARTED,
@@ -239,6 +279,11 @@ impl<'a> Run<'a> {
                 result = call.as_mut() => (None, result),
                 reason = stop.as_mut() => {
                     self.ctx.signals.request_stop();
+                    // Never past the lease deadline: a lost lease leaves no grace.
+                    let grace = match *self.deps.deadline.borrow() {
+                        Some(deadline) => stop_grace.min(deadline.saturating_duration_since(Instant::now())),
+                        None => stop_grace,
+                    };
                     (Some(reason), bounded(call, &self.ctx.signals, grace).await)
                 }
             }
@@ -303,7 +348,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Runs `cleanup(reason)` once, within the budget, then releases the grant.
+    /// Runs `cleanup(reason)` once, within the budget.
     async fn cleanup(&self, instance: Option<Instance>, reason: CleanupReason) {
         let started = Instant::now();
         let budget = self.loaded.entry.manifest.limits.cleanup_timeout;
@@ -349,33 +394,6 @@ impl<'a> Run<'a> {
         } else {
             cleaned!(warn);
         }
-        self.release(reason_name).await;
-    }
-
-    async fn release(&self, reason: &'static str) {
-        let grant = self.ctx.grant.clone();
-        let store = self.deps.store.clone();
-        let (resource, slot, token) = (grant.resource.clone(), grant.slot, grant.token);
-        let released =
-            tokio::task::spawn_blocking(move || store.release(&resource, slot, token)).await;
-        let error = match released {
-            Ok(Ok(())) => None,
-            Ok(Err(err)) => Some(err.to_string()),
-            Err(err) => Some(err.to_string()),
-        };
-        if let Some(error) = error {
-            // The grant dies with the process anyway, and any later grant supersedes it.
-            tracing::error!(event = events::STORE_ERROR, resource = %grant.resource, slot, token, %error, "cannot record the release");
-        }
-        tracing::info!(
-            event = events::OWNERSHIP_LOST,
-            resource = %grant.resource,
-            slot = grant.slot,
-            token = grant.token,
-            node = %grant.node,
-            reason,
-            "released the slot",
-        );
     }
 }
 

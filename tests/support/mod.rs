@@ -13,14 +13,15 @@
 //! - The child process is killed when the [`Node`] is dropped, so a failing test leaves
 //!   nothing running.
 //!
-//! What it does not do: start clusters of several nodes. It drives one node through its
-//! plugins folder and signals.
+//! Clusters of several nodes are built on top of [`Node`] in [`cluster`]; the network
+//! namespaces that partition them, in [`netns`].
 
 #![allow(
     dead_code,
     reason = "each test file uses a different part of the harness"
 )]
 
+use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -28,10 +29,19 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 use tempfile::TempDir;
+
+pub mod cluster;
+pub mod netns;
+
+#[allow(
+    unused_imports,
+    reason = "the single-node test files use none of the cluster harness"
+)]
+pub use cluster::*;
 
 /// Manifest limits that keep fixture tests quick: a short stop grace and cleanup budget.
 pub const FAST_LIMITS: &str =
@@ -298,14 +308,44 @@ struct Run {
     child: Child,
     capture: Arc<Capture>,
     exit: Option<ExitStatus>,
+    /// The wall-clock time at which the harness knew the process was gone (after it
+    /// reaped it): a bound on when its plugins last ran, for runs without `node.stopped`.
+    exited_at: Option<SystemTime>,
 }
+
+impl Run {
+    fn record_exit(&mut self, status: ExitStatus) {
+        if self.exit.is_none() {
+            self.exit = Some(status);
+            self.exited_at = Some(SystemTime::now());
+        }
+    }
+}
+
+/// The harness's own event at the end of a run that the harness saw exit: `event` is
+/// [`EXITED`], `timestamp` when the process was known to be gone.
+fn exit_event(at: SystemTime) -> Value {
+    serde_json::json!({
+        "timestamp": format_rfc3339_utc(at),
+        "event": EXITED,
+        "level": "INFO",
+        "message": "the harness saw the process exit",
+    })
+}
+
+/// The name of the harness's synthetic end-of-run event (see [`Node::all_events`]).
+pub const EXITED: &str = "harness.exited";
 
 /// A single node: its directories and, once spawned, its process.
 pub struct Node {
     name: String,
     dir: TempDir,
     config: Option<PathBuf>,
+    /// A command that runs the node, e.g. `ip netns exec NS`: `tenure` becomes its argument.
+    wrapper: Vec<OsString>,
     run: Option<Run>,
+    /// The events of earlier runs, each run closed by an [`EXITED`] event.
+    history: Vec<Value>,
 }
 
 impl Node {
@@ -322,8 +362,14 @@ impl Node {
             name: name.to_string(),
             dir,
             config: None,
+            wrapper: Vec::new(),
             run: None,
+            history: Vec::new(),
         }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn dir(&self) -> &Path {
@@ -343,15 +389,40 @@ impl Node {
         self.config = Some(file);
     }
 
+    /// Runs the node under `wrapper` (e.g. `["ip", "netns", "exec", "ns1"]`) from now
+    /// on. The wrapper must exec `tenure` in place, so that signals reach the node.
+    pub fn set_wrapper(&mut self, wrapper: Vec<OsString>) {
+        self.wrapper = wrapper;
+    }
+
+    /// A command for the `tenure` binary, under the wrapper if there is one.
+    pub fn command(&self) -> Command {
+        match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(env!("CARGO_BIN_EXE_tenure"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tenure")),
+        }
+    }
+
     /// Starts `tenure run --log-format json` on this node's dirs.
     pub fn spawn(&mut self) {
         assert!(self.run.is_none(), "node {} is already running", self.name);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+        let mut command = self.command();
         command.arg("run").args(["--log-format", "json"]);
-        if let Some(config) = &self.config {
-            command.arg("--config").arg(config);
-        }
         clean_env(&mut command);
+        match &self.config {
+            Some(config) => {
+                command.arg("--config").arg(config);
+            }
+            // Tests run in parallel: a node without a config listens on any free port
+            // rather than the default 7400.
+            None => {
+                command.env("TENURE_LISTEN", "127.0.0.1:0");
+            }
+        }
         command
             .env("TENURE_DATA_DIR", self.data_dir())
             .env("TENURE_PLUGINS_DIR", self.plugins_dir())
@@ -372,20 +443,52 @@ impl Node {
             child,
             capture,
             exit: None,
+            exited_at: None,
         });
     }
 
-    /// Spawns the node again on the same dirs, after it exited. Events of the previous
-    /// run are dropped: [`Node::events`] then shows only the new process's.
+    /// Spawns the node again on the same dirs, after it exited (it is killed first if
+    /// not). Events of the previous run leave [`Node::events`], which then shows only
+    /// the new process's, and are kept for [`Node::all_events`].
     pub fn restart(&mut self) {
-        if let Some(mut run) = self.run.take()
-            && run.exit.is_none()
-        {
-            let _ = run.child.kill();
-            let _ = run.child.wait();
+        if self.run.is_some() {
+            self.kill();
+            self.drain_output();
+            let run = self.run.take().expect("a run");
+            self.history
+                .extend(run.capture.state.lock().unwrap().events.iter().cloned());
+            self.history
+                .push(exit_event(run.exited_at.unwrap_or_else(SystemTime::now)));
         }
         eprintln!("[{}] restarting on the same dirs", self.name);
         self.spawn();
+    }
+
+    /// The events of every run so far, oldest first; each run that ended is closed by
+    /// an [`EXITED`] event stamped when the harness saw the process gone.
+    pub fn all_events(&self) -> Vec<Value> {
+        let mut events = self.history.clone();
+        if let Some(run) = &self.run {
+            events.extend(run.capture.state.lock().unwrap().events.iter().cloned());
+            if let Some(at) = run.exited_at {
+                events.push(exit_event(at));
+            }
+        }
+        events
+    }
+
+    /// Whether the node was ever spawned.
+    pub fn spawned(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Whether the current run's process is (as far as the harness knows) still there:
+    /// not reaped, and its output still open. A stopped (SIGSTOP) process is alive.
+    pub fn alive(&self) -> bool {
+        match &self.run {
+            Some(run) => run.exit.is_none() && run.capture.state.lock().unwrap().open > 0,
+            None => false,
+        }
     }
 
     fn run(&self) -> &Run {
@@ -555,11 +658,18 @@ impl Node {
                         run.capture.tail()
                     );
                 };
-                run.exit = Some(status);
+                run.record_exit(status);
                 status
             }
         };
-        // Let the readers drain what the process wrote before it exited.
+        self.drain_output();
+        eprintln!("[{name}] exited: {status}");
+        status
+    }
+
+    /// After the process exited: lets the readers take in what it wrote before.
+    fn drain_output(&self) {
+        let Some(run) = &self.run else { return };
         let capture = run.capture.clone();
         let deadline = Instant::now() + WAIT;
         let mut state = capture.state.lock().unwrap();
@@ -570,8 +680,6 @@ impl Node {
                 .unwrap()
                 .0;
         }
-        eprintln!("[{name}] exited: {status}");
-        status
     }
 
     /// Kills the node at once (SIGKILL) and reaps it.
@@ -580,7 +688,9 @@ impl Node {
             && run.exit.is_none()
         {
             let _ = run.child.kill();
-            run.exit = run.child.wait().ok();
+            if let Ok(status) = run.child.wait() {
+                run.record_exit(status);
+            }
         }
     }
 
@@ -589,7 +699,7 @@ impl Node {
         match self.run.as_mut() {
             Some(run) if run.exit.is_none() => match run.child.try_wait() {
                 Ok(Some(status)) => {
-                    run.exit = Some(status);
+                    run.record_exit(status);
                     false
                 }
                 _ => true,
@@ -751,6 +861,40 @@ fn parse_rfc3339_utc(text: &str) -> Option<i64> {
     Some(((days * 24 + hour) * 60 + minute) * 60_000_000 + second * 1_000_000 + micros)
 }
 
+/// `at` as RFC 3339 UTC with microseconds, the event log's format.
+pub fn format_rfc3339_utc(at: SystemTime) -> String {
+    let us = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("a time after 1970")
+        .as_micros() as i64;
+    let (days, rest) = (us.div_euclid(86_400_000_000), us.rem_euclid(86_400_000_000));
+    // Civil date from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let seconds = rest / 1_000_000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60,
+        rest % 1_000_000
+    )
+}
+
+/// `at` in microseconds since the Unix epoch, comparable with [`timestamp_us`].
+pub fn system_time_us(at: SystemTime) -> i64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .expect("a time after 1970")
+        .as_micros() as i64
+}
+
 /// Milliseconds from event `a` to event `b`, by their timestamps.
 pub fn ms_between(a: &Value, b: &Value) -> i64 {
     (timestamp_us(b) - timestamp_us(a)) / 1000
@@ -846,7 +990,9 @@ pub fn assert_every_start_cleaned_up(events: &[Value]) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rfc3339_utc;
+    use std::time::{Duration, SystemTime};
+
+    use super::{format_rfc3339_utc, parse_rfc3339_utc, system_time_us};
 
     #[test]
     fn parses_rfc3339() {
@@ -859,6 +1005,17 @@ mod tests {
         assert_eq!(
             parse_rfc3339_utc("2026-11-22T03:50:12.123456Z"),
             Some(1_795_319_412_123_456)
+        );
+    }
+
+    #[test]
+    fn formats_rfc3339_as_it_parses() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_319_412_123_456);
+        assert_eq!(format_rfc3339_utc(at), "2026-11-22T03:50:12.123456Z");
+        let now = SystemTime::now();
+        assert_eq!(
+            parse_rfc3339_utc(&format_rfc3339_utc(now)),
+            Some(system_time_us(now))
         );
     }
 }

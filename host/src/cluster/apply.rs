@@ -13,13 +13,27 @@ impl Cluster {
                 member.labels = labels;
                 Response::Done
             }
-            Command::Advertise { node, plugins } => match self.members.get_mut(&node) {
-                Some(member) => {
-                    member.plugins = plugins;
-                    Response::Done
+            Command::Advertise { node, plugins } => {
+                let Some(member) = self.members.get_mut(&node) else {
+                    return unknown(&node);
+                };
+                // A new version of a plugin gets a fresh chance on a node that gave up
+                // on the old one.
+                for (resource, advert) in &plugins {
+                    let changed = member
+                        .plugins
+                        .get(resource)
+                        .is_none_or(|old| old.digest != advert.digest);
+                    if changed && let Some(cooldown) = self.cooldown.get_mut(resource) {
+                        cooldown.remove(&node);
+                        if cooldown.is_empty() {
+                            self.cooldown.remove(resource);
+                        }
+                    }
                 }
-                None => unknown(&node),
-            },
+                member.plugins = plugins;
+                Response::Done
+            }
             Command::OpenSession { node, at_ms } => {
                 let Some(member) = self.members.get_mut(&node) else {
                     return unknown(&node);
@@ -543,6 +557,38 @@ mod tests {
         assert_eq!(log.apply(give_up), Response::Done);
         assert!(log.cluster.slot("r", 0).is_none());
         assert_eq!(log.cluster.cooldown["r"]["a"], 5_000);
+
+        let advert = |digest: &str| Advert {
+            plugin: "p".into(),
+            version: V1,
+            digest: digest.into(),
+            tickets: 1,
+            require: BTreeMap::new(),
+        };
+        let advertise = |digest: &str| Command::Advertise {
+            node: "a".into(),
+            plugins: [("r".to_owned(), advert(digest))].into(),
+        };
+        log.apply(advertise("d"));
+        assert!(
+            log.cluster.cooldown.is_empty(),
+            "first advert of r on a: new"
+        );
+        log.cluster
+            .cooldown
+            .entry("r".into())
+            .or_default()
+            .insert("a".into(), 5_000);
+        log.apply(advertise("d"));
+        assert_eq!(
+            log.cluster.cooldown["r"]["a"], 5_000,
+            "same version: still cooling down"
+        );
+        log.apply(advertise("e"));
+        assert!(
+            log.cluster.cooldown.is_empty(),
+            "a new version gets a fresh chance"
+        );
     }
 
     #[test]

@@ -107,6 +107,24 @@ pub enum PkiError {
         source: rcgen::Error,
     },
 
+    /// Some of the development certificate files exist but not all (see
+    /// [`super::ensure_dev_certs`]); nothing was made or changed.
+    #[error(
+        "the development certificates in {} are incomplete: missing {}; refusing to make \
+         new ones over the rest (a new CA would strand every certificate the old one \
+         signed). {hint}",
+        dir.display(),
+        missing.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    DevCertsIncomplete {
+        /// The folder.
+        dir: PathBuf,
+        /// The files that are missing.
+        missing: Vec<PathBuf>,
+        /// What to do about it.
+        hint: String,
+    },
+
     /// A signature did not verify against a certificate's public key.
     #[error("signature does not verify with the public key of certificate {fingerprint}")]
     BadSignature {
@@ -130,6 +148,7 @@ impl PkiError {
             | PkiError::BadName { .. }
             | PkiError::BadValidity { .. }
             | PkiError::Generate { .. }
+            | PkiError::DevCertsIncomplete { .. }
             | PkiError::BadSignature { .. } => false,
         }
     }

@@ -45,20 +45,47 @@ pub fn issue(
     validate_name(name)?;
     let cert_path = out_dir.join(format!("{name}.pem"));
     let key_path = out_dir.join(format!("{name}.key"));
+    issue_to(
+        ca_dir,
+        subject,
+        (&cert_path, &key_path),
+        validity_days,
+        algo,
+        if_exists,
+    )?;
+    Ok((cert_path, key_path))
+}
+
+/// [`issue`] into files of any name: `paths` is (certificate, key); their directory is
+/// created (mode 0700) if missing.
+pub(crate) fn issue_to(
+    ca_dir: &Path,
+    subject: &Subject,
+    paths: (&Path, &Path),
+    validity_days: u32,
+    algo: Option<Algo>,
+    if_exists: IfExists,
+) -> Result<(), PkiError> {
+    let (cert_path, key_path) = paths;
+    validate_name(subject.name())?;
     if if_exists == IfExists::Refuse {
-        files::refuse_existing(&cert_path)?;
-        files::refuse_existing(&key_path)?;
+        files::refuse_existing(cert_path)?;
+        files::refuse_existing(key_path)?;
     }
 
     let ca = load_ca(ca_dir)?;
     let leaf = make_leaf(&ca, subject, algo.unwrap_or(ca.algo), validity_days)?;
 
-    files::ensure_dir(out_dir)?;
-    let staged_key = files::stage(&key_path, leaf.key_pem.as_bytes(), KEY_MODE)?;
-    let staged_cert = files::stage(&cert_path, leaf.cert_pem.as_bytes(), CERT_MODE)?;
+    if let Some(dir) = cert_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        files::ensure_dir(dir)?;
+    }
+    if let Some(dir) = key_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        files::ensure_dir(dir)?;
+    }
+    let staged_key = files::stage(key_path, leaf.key_pem.as_bytes(), KEY_MODE)?;
+    let staged_cert = files::stage(cert_path, leaf.cert_pem.as_bytes(), CERT_MODE)?;
     staged_key.commit_as(if_exists)?;
-    staged_cert.commit_as(if_exists)?;
-    Ok((cert_path, key_path))
+    staged_cert.commit_as(if_exists)
 }
 
 /// Replaces node `node_name`'s key and certificate at `key_path` and `cert_path` with a new

@@ -23,6 +23,7 @@
 //! - **Reading identities** out of certificates ([`identity_of`], [`fingerprint`]), for our
 //!   own certificate at start-up and for a peer's after its handshake.
 //! - **Expiry** bookkeeping ([`expiry_warning`]) so that a node can warn well ahead of time.
+//! - **Development certificates** ([`ensure_dev_certs`]) for the single-node default.
 //!
 //! What it deliberately does not do:
 //! - **Chain validation.** rustls/webpki validates the peer's chain against the CA bundle in
@@ -40,6 +41,7 @@
 
 mod ca;
 mod cert;
+mod dev;
 mod error;
 mod expiry;
 mod files;
@@ -60,6 +62,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use ca::{CA_CERT_FILE, CA_KEY_FILE, init_ca};
+pub use dev::{DEV_OPERATOR, DEV_OPERATOR_FILE, DEV_VALIDITY_DAYS, DevCerts, ensure_dev_certs};
 pub use error::PkiError;
 pub use expiry::{EXPIRY_WARNING_FLOOR, ExpiryWarning, expiry_warning};
 pub use identity::{Identity, Kind, fingerprint, identity_of};

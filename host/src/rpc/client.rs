@@ -4,12 +4,15 @@
 //! seals the request per attempt with the signer of the connection the attempt uses, and
 //! opens the response with the certificate of the peer that answered on that connection.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use super::counts::KindCount;
 use super::error::RpcError;
-use super::server::{Core, Inbound};
+use super::operator::OperatorService;
+use super::server::{Core, Inbound, Operators};
 use super::service::Service;
 use super::verifiers::Verifiers;
 use crate::envelope::{DEFAULT_SKEW, Gate, Reason, RejectLog, Sealer};
@@ -44,8 +47,10 @@ impl Rpc {
             sealer: Sealer::new(me.clone(), incarnation),
             gate: Gate::new(me.clone(), DEFAULT_SKEW),
             rejects: RejectLog::default(),
+            counts: Default::default(),
             verifiers: Verifiers::default(),
             service,
+            operators: Default::default(),
         });
         let handler = Arc::new(Inbound { core: core.clone() });
         let transport = Transport::bind(config, files, handler).await?;
@@ -59,6 +64,22 @@ impl Rpc {
     /// Calls node `peer` at `addr` with a message of `kind` and returns the payload of its
     /// verified answer.
     pub async fn call(
+        &self,
+        peer: &str,
+        addr: SocketAddr,
+        kind: u16,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>, RpcError> {
+        self.core.counts.sent(kind);
+        let answer = self.exchange(peer, addr, kind, payload).await;
+        if answer.is_err() {
+            self.core.counts.failed(kind);
+        }
+        answer
+    }
+
+    /// One call, uncounted.
+    async fn exchange(
         &self,
         peer: &str,
         addr: SocketAddr,
@@ -111,6 +132,20 @@ impl Rpc {
         Ok(envelope.payload)
     }
 
+    /// Starts answering operator requests with `handler` (replacing any earlier one).
+    /// Until this is called, operators get a refusal saying the node does not serve them
+    /// yet; node peers are never affected.
+    pub fn serve_operators(&self, handler: Arc<dyn OperatorService>) {
+        self.core
+            .operators
+            .store(Some(Arc::new(Operators(handler))));
+    }
+
+    /// Sets the revoked certificate fingerprints (see [`Transport::set_revoked`]).
+    pub fn set_revoked(&self, fingerprints: BTreeSet<String>) {
+        self.transport.set_revoked(fingerprints);
+    }
+
     /// Our node name.
     pub fn me(&self) -> &str {
         &self.me
@@ -129,6 +164,11 @@ impl Rpc {
     /// Rejected envelopes (requests and responses) per reason since `bind`.
     pub fn rejections(&self) -> [(Reason, u64); Reason::ALL.len()] {
         self.core.rejects.counts()
+    }
+
+    /// Calls sent, failed and served per message kind since `bind` (kinds with traffic).
+    pub fn counts(&self) -> Vec<KindCount> {
+        self.core.counts.snapshot()
     }
 
     /// Rejected envelopes for one `reason` since `bind`.

@@ -17,9 +17,12 @@
 //! rotation the transport retires every connection, so traffic moves to the new key
 //! without a failed call.
 //!
-//! **Who may send.** Only node peers: operators authenticate to the transport, but no
-//! operator envelope exists yet, and names of nodes and operators share one namespace in
-//! the gate, so an operator's request is refused with an error before any envelope check.
+//! **Who may send.** Only node peers send envelopes (names of nodes and operators share
+//! one namespace in the gate, so an operator envelope is refused before any check).
+//! Operators authenticate by mutual TLS alone and send operator requests
+//! (`operator.rs`): a prefixed body that goes, unsigned, to the [`OperatorService`] a node
+//! registers with [`Rpc::serve_operators`]. A node peer that sends an operator request is
+//! told to use an operator certificate.
 //!
 //! **Rejections** are answered with an error (the service is not called), counted per
 //! [`Reason`](crate::envelope::Reason) and logged at a limited rate
@@ -28,11 +31,14 @@
 //! they carry no data a node acts on beyond "this call failed".
 //!
 //! Files: `error.rs` ([`RpcError`]), `service.rs` (the [`Service`] trait), `verifiers.rs`
-//! (a bounded cache of verifiers by certificate fingerprint), `server.rs` (the transport
-//! handler), `client.rs` ([`Rpc`] and its calls).
+//! (a bounded cache of verifiers by certificate fingerprint), `counts.rs` (calls sent,
+//! failed and served per kind), `server.rs` (the transport handler), `client.rs` ([`Rpc`]
+//! and its calls), `operator.rs` (operator requests).
 
 mod client;
+mod counts;
 mod error;
+mod operator;
 mod server;
 mod service;
 mod verifiers;
@@ -41,5 +47,7 @@ mod verifiers;
 mod tests;
 
 pub use client::Rpc;
+pub use counts::{KINDS, KindCount};
 pub use error::RpcError;
+pub use operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OperatorService, operator_request};
 pub use service::Service;

@@ -5,10 +5,17 @@
 //! error, and the service never sees it. The answer is sealed for the requester with the
 //! signer of the identity we presented on that same connection ([`Local`]), which is the
 //! certificate the requester will verify it with.
+//!
+//! Operator peers take another path (`operator.rs`): no envelope, the body goes to the
+//! [`OperatorService`] registered with [`super::Rpc::serve_operators`], if any.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use arc_swap::ArcSwapOption;
+
+use super::counts::Counts;
+use super::operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OperatorService};
 use super::service::Service;
 use super::verifiers::Verifiers;
 use crate::envelope::{Gate, RejectLog, Sealer};
@@ -24,11 +31,18 @@ pub(crate) struct Core {
     pub(crate) gate: Gate,
     /// Counts and logs rejections.
     pub(crate) rejects: RejectLog,
+    /// Calls sent, failed and served, per kind.
+    pub(crate) counts: Counts,
     /// Verifiers of peer certificates.
     pub(crate) verifiers: Verifiers,
     /// Answers verified requests.
     pub(crate) service: Arc<dyn Service>,
+    /// Answers operator requests, once the node registered a service for them.
+    pub(crate) operators: ArcSwapOption<Operators>,
 }
+
+/// The registered operator service (a sized wrapper, for `ArcSwapOption`).
+pub(crate) struct Operators(pub(crate) Arc<dyn OperatorService>);
 
 /// The transport handler.
 pub(crate) struct Inbound {
@@ -49,11 +63,11 @@ impl Handler for Inbound {
 
 impl Core {
     async fn answer(&self, peer: PeerInfo, local: Local, body: Vec<u8>) -> Result<Vec<u8>, String> {
-        if peer.identity.kind != Kind::Node {
-            return Err(format!(
-                "{} may not send envelopes: only nodes can (operator requests are not supported yet)",
-                peer.identity
-            ));
+        if peer.identity.kind == Kind::Operator {
+            return self.answer_operator(peer, body).await;
+        }
+        if body.starts_with(OPERATOR_PREFIX) {
+            return Err(NODE_CERT_REFUSAL.to_owned());
         }
         let name = peer.identity.name.as_str();
         let verifier = self
@@ -71,9 +85,29 @@ impl Core {
             }
         };
         let kind = envelope.kind;
+        self.counts.served(kind);
         let reply = self.service.call(&peer, kind, envelope.payload).await?;
         Ok(self
             .sealer
             .seal(&local.signer, name, kind, &reply, SystemTime::now()))
+    }
+
+    /// An operator's request: to the operator service, unsigned both ways.
+    async fn answer_operator(&self, peer: PeerInfo, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        let Some(request) = body.strip_prefix(OPERATOR_PREFIX) else {
+            return Err(format!(
+                "{} may not send envelopes: only nodes can (operators send admin requests, \
+                 e.g. with `tenure status`)",
+                peer.identity
+            ));
+        };
+        let Some(operators) = self.operators.load_full() else {
+            return Err(format!(
+                "node {} does not serve operator requests (yet): it is still starting, \
+                 or runs without the admin service",
+                self.sealer.me()
+            ));
+        };
+        operators.0.call(&peer, request.to_vec()).await
     }
 }

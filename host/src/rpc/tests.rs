@@ -132,6 +132,14 @@ async fn signed_calls_round_trip_in_both_directions() {
     assert_eq!(n1.echo.last("n2"), Some(fingerprint_of(&n2.files.cert)));
     assert_eq!((total(&n1.rpc), total(&n2.rpc)), (0, 0));
     assert_eq!(n1.rpc.core.verifiers.len(), 1);
+    let counted = KindCount {
+        kind: KIND,
+        sent: 3,
+        failed: 0,
+        served: 3,
+    };
+    assert_eq!(n1.rpc.counts(), [counted]);
+    assert_eq!(n2.rpc.counts(), [counted]);
     n1.rpc.close().await;
     n2.rpc.close().await;
 }

@@ -355,6 +355,17 @@ impl Shared {
                     reason: explain_tls(&e.to_string()),
                 }));
             }
+            Err(Refused::Revoked) => {
+                Counters::bump(&self.counters.revoked);
+                let fingerprint = &live.peer.fingerprint;
+                let reason = format!("its certificate {fingerprint} is revoked");
+                conn.close(wire::CLOSE_IDENTITY, b"your certificate is revoked");
+                self.log_revoked(&format!("node {peer}"), addr, fingerprint, "dial refused");
+                return Err(TransportError::PeerRejected {
+                    peer: peer.to_owned(),
+                    reason,
+                });
+            }
         }
         tokio::spawn(forget_when_closed(
             self.clone(),

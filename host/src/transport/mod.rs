@@ -36,7 +36,9 @@
 //! - interpret bodies: they are opaque (signed envelopes; `crate::envelope` checks sender,
 //!   recipient, replay and skew, and uses [`PeerInfo::cert`] to verify signatures);
 //! - authorize: the handler sees [`PeerInfo::identity`] (node or operator) and decides;
-//! - check revocation: revoked fingerprints live in the replicated state, above this layer;
+//! - decide revocation: revoked fingerprints live in the replicated state, above this
+//!   layer, which hands the set to [`Transport::set_revoked`]; the transport enforces it
+//!   (handshakes with a revoked leaf are refused both ways, live connections are closed);
 //! - retry a request that may have run (only refusals that promise it did not), resolve
 //!   names, or back off: callers pass the address and own the retry policy.
 
@@ -58,6 +60,7 @@ mod wire;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -223,6 +226,27 @@ impl Transport {
             .collect()
     }
 
+    /// Replaces the set of revoked certificate fingerprints ([`crate::pki::fingerprint`]
+    /// format, `sha256:<hex>` of the leaf's DER). From now on a handshake, dialed or
+    /// accepted, whose peer leaf is in the set is refused, and every live connection to or
+    /// from such a peer is closed at once (its requests in flight fail): a revoked key
+    /// gets no grace. Each refusal and closure is logged as `security.rejected` with
+    /// reason `revoked` and counted in [`TransportStats::revoked`]. A smaller set lets a
+    /// certificate no longer in it connect again.
+    pub fn set_revoked(&self, fingerprints: BTreeSet<String>) {
+        for live in self.shared.registry.set_revoked(fingerprints) {
+            let reason = format!("certificate {} is revoked", live.peer.fingerprint);
+            live.conn.close(wire::CLOSE_IDENTITY, reason.as_bytes());
+            Counters::bump(&self.shared.counters.revoked);
+            self.shared.log_revoked(
+                &live.peer.identity.to_string(),
+                live.peer.remote,
+                &live.peer.fingerprint,
+                "connection closed",
+            );
+        }
+    }
+
     /// The counters since `bind`.
     pub fn stats(&self) -> TransportStats {
         self.shared.counters.snapshot()
@@ -292,6 +316,35 @@ impl Shared {
             .admit(Instant::now());
         if let Some(suppressed) = admitted {
             tracing::warn!(event, peer, %remote, reason, suppressed, "refused");
+        }
+    }
+
+    /// Logs a refusal or closure for revocation (rate-limited with the other refusal
+    /// lines): `security.rejected` with `reason = "revoked"`, so that an audit can count
+    /// them apart from certificate-validation failures, and the fingerprint.
+    pub(crate) fn log_revoked(
+        &self,
+        peer: &str,
+        remote: SocketAddr,
+        fingerprint: &str,
+        action: &'static str,
+    ) {
+        let admitted = self
+            .limiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(Instant::now());
+        if let Some(suppressed) = admitted {
+            tracing::warn!(
+                event = crate::events::SECURITY_REJECTED,
+                peer,
+                %remote,
+                reason = "revoked",
+                fingerprint,
+                action,
+                suppressed,
+                "refused: the peer's certificate is revoked"
+            );
         }
     }
 }

@@ -23,13 +23,20 @@
 //! and the resolver serves the new certificate before retire_all runs, so no connection
 //! with the old certificate can slip in between.
 //!
-//! Not here: which connection serves which peer name (that cache is `dial.rs`), and
-//! revocation of individual certificates (above this layer).
+//! **Revocation.** The registry also holds the set of revoked leaf fingerprints
+//! ([`Registry::set_revoked`]). [`Registry::admit`] refuses a connection whose peer is in
+//! it, and `set_revoked` returns the live connections whose peer is, under the same lock:
+//! so a handshake that completes while the set changes is either refused by `admit` or
+//! found by `set_revoked`, never neither. Which fingerprints are revoked is decided above
+//! this layer (the replicated state); the transport only enforces the set it is given.
+//!
+//! Not here: which connection serves which peer name (that cache is `dial.rs`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use quinn::Connection;
 use rustls_pki_types::CertificateDer;
 
@@ -66,6 +73,8 @@ pub(crate) enum Refused {
     Untrusted(rustls::Error),
     /// Our certificate was reloaded during the handshake: which one the peer saw is unknown.
     OwnChanged,
+    /// The peer's certificate is revoked.
+    Revoked,
 }
 
 #[derive(Default)]
@@ -164,10 +173,12 @@ impl Live {
     }
 }
 
-/// All live connections.
+/// All live connections, and the revoked fingerprints.
 #[derive(Default)]
 pub(crate) struct Registry {
     map: Mutex<HashMap<usize, Arc<Live>>>,
+    /// Changed only with `map` locked, so `admit` and `set_revoked` see one order.
+    revoked: ArcSwap<BTreeSet<String>>,
 }
 
 impl Registry {
@@ -188,6 +199,9 @@ impl Registry {
         let mut map = self.lock();
         if tls.own.current().generation != live.own_generation {
             return Err(Refused::OwnChanged);
+        }
+        if self.revoked.load().contains(&live.peer.fingerprint) {
+            return Err(Refused::Revoked);
         }
         let current = tls.current();
         if current.generation != generation {
@@ -230,6 +244,21 @@ impl Registry {
             .filter(|live| !live.is_retiring())
             .cloned()
             .collect()
+    }
+
+    /// Replaces the revoked fingerprints and returns the connections (not yet closed)
+    /// whose peer is in the new set; the caller closes them. Holds the lock that
+    /// [`Registry::admit`] takes.
+    pub(crate) fn set_revoked(&self, fingerprints: BTreeSet<String>) -> Vec<Arc<Live>> {
+        let map = self.lock();
+        let found = map
+            .values()
+            .filter(|live| live.conn.close_reason().is_none())
+            .filter(|live| fingerprints.contains(&live.peer.fingerprint))
+            .cloned()
+            .collect();
+        self.revoked.store(Arc::new(fingerprints));
+        found
     }
 
     /// All live connections.

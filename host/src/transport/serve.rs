@@ -132,6 +132,15 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
             );
             return refuse(&who, reason);
         }
+        Err(Refused::Revoked) => {
+            Counters::bump(&shared.counters.handshakes_rejected);
+            Counters::bump(&shared.counters.revoked);
+            let fingerprint = &live.peer.fingerprint;
+            let reason = format!("certificate {fingerprint} is revoked");
+            conn.close(wire::CLOSE_IDENTITY, reason.as_bytes());
+            shared.log_revoked(&who, remote, fingerprint, "handshake refused");
+            return;
+        }
     }
     tracing::debug!(peer = %who, %remote, "connection accepted");
     serve_connection(&shared, &live).await;

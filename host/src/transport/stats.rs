@@ -23,6 +23,9 @@ pub struct TransportStats {
     /// Requests sent again on a new connection after a refusal that promised they had
     /// not been processed.
     pub requests_retried: u64,
+    /// Handshakes refused, and established connections closed, because the peer's
+    /// certificate is revoked (see `Transport::set_revoked`).
+    pub revoked: u64,
     /// Successful reloads of the node certificate or the CA bundle.
     pub reloads: u64,
     /// Reload attempts that failed (each failing file version counts once).
@@ -38,6 +41,7 @@ pub(crate) struct Counters {
     pub(crate) connections_retired: AtomicU64,
     pub(crate) streams_rejected: AtomicU64,
     pub(crate) requests_retried: AtomicU64,
+    pub(crate) revoked: AtomicU64,
     pub(crate) reloads: AtomicU64,
     pub(crate) reload_failures: AtomicU64,
 }
@@ -58,6 +62,7 @@ impl Counters {
             connections_retired: get(&self.connections_retired),
             streams_rejected: get(&self.streams_rejected),
             requests_retried: get(&self.requests_retried),
+            revoked: get(&self.revoked),
             reloads: get(&self.reloads),
             reload_failures: get(&self.reload_failures),
         }

@@ -903,6 +903,72 @@ async fn certificates_and_cas_rotate_under_load_without_a_failed_request() {
     b.assert_serves(&a).await;
 }
 
+/// A revoked node is refused as a client and as a server, its open connections (both
+/// directions) are closed, others carry on, and a smaller set lets it back in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_certificate_is_refused_both_ways_and_cut_off() {
+    init_logs();
+    let certs = Certs::new();
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let n2 = Node::start("n2", certs.node("n2")).await;
+    let n3 = Node::start("n3", certs.node("n3")).await;
+    n1.assert_serves(&n2).await;
+    n2.assert_serves(&n1).await;
+    let n2_fingerprint = fingerprint_of(&n2.files.cert);
+    let to_n2 = |n: &Node| {
+        n.transport
+            .connections()
+            .iter()
+            .filter(|c| c.peer.fingerprint == n2_fingerprint)
+            .count()
+    };
+    assert_eq!(to_n2(&n1), 2, "one connection each way");
+
+    n1.transport
+        .set_revoked(std::collections::BTreeSet::from([n2_fingerprint.clone()]));
+    assert_eq!(n1.transport.stats().revoked, 2);
+    wait_until("n1 to drop both connections with n2", || to_n2(&n1) == 0).await;
+    wait_until("n2 to see both connections closed", || {
+        !n2.connected_to("n1")
+    })
+    .await;
+
+    // As a client: n1 refuses n2's handshake.
+    let err = n2.ask(&n1, b"hi").await.unwrap_err();
+    println!("revoked, as the refused client sees it: {err}");
+    assert!(
+        matches!(&err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
+        "{err}"
+    );
+    // As a server: n1 refuses n2's certificate when it dials.
+    let err = n1.ask(&n2, b"hi").await.unwrap_err();
+    println!("revoked, as the refusing client sees it: {err}");
+    assert!(
+        matches!(&err, TransportError::PeerRejected { reason, .. } if reason.contains("revoked")),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    wait_until("n1 to count the refusals", || {
+        n1.transport.stats().revoked >= 4
+    })
+    .await;
+    assert!(n1.transport.stats().handshakes_rejected >= 1);
+    assert!(
+        n2.recorder.last("n1").is_some(),
+        "n2 served n1 before the revocation only"
+    );
+    n3.assert_serves(&n1).await;
+    n1.assert_serves(&n3).await;
+
+    // Unrevoked: a smaller set lets n2 connect again, both ways.
+    n1.transport.set_revoked(std::collections::BTreeSet::new());
+    n2.assert_serves(&n1).await;
+    n1.assert_serves(&n2).await;
+    for node in [&n1, &n2, &n3] {
+        node.transport.close().await;
+    }
+}
+
 #[test]
 fn settings_are_checked() {
     assert!(TransportConfig::default().validate().is_ok());

@@ -1,0 +1,299 @@
+//! The operator's side: one admin request to one node, and failures explained.
+//!
+//! [`AdminClient::new`] binds a transport on an ephemeral local port with the operator's
+//! certificate (the transport treats an operator identity like a node's for dialing; a
+//! node that dials it back would be refused, and its own handler refuses everything).
+//! [`AdminClient::request`] dials the node at `addr`, checking that its certificate names
+//! `node`, and sends one [`AdminRequest`] as an operator request.
+//!
+//! Every failure becomes an [`AdminError`] that says what to do, because the person
+//! reading it is at a terminal: a missing file names the path and how to make one, an
+//! unreachable node names the address and the time waited, a certificate refused by
+//! either side says which side and why, and a node certificate used in place of an
+//! operator's is told so by the node.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{AdminRequest, AdminResponse, decode_response, encode};
+use crate::rpc::{NODE_CERT_REFUSAL, operator_request};
+use crate::runtime::BoxFuture;
+use crate::transport::{
+    Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig, TransportError,
+};
+
+/// How to make an operator certificate, for messages.
+const MAKE_ONE: &str = "make one with `tenure certs issue --ca DIR --operator NAME` and pass \
+     --cert and --key (a single-node default node makes tenure-data/certs/operator.pem on \
+     its first start)";
+
+/// Why an admin request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A certificate, key or CA file does not exist.
+    #[error("no {what} at {}: {hint}", path.display())]
+    MissingFile {
+        /// Which file: "operator certificate", "operator key" or "CA bundle".
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// How to get one.
+        hint: &'static str,
+    },
+    /// The files exist but cannot be used (unreadable, not PEM, mismatched, no identity).
+    #[error("cannot use {} and {}: {source}; {MAKE_ONE}", cert.display(), key.display())]
+    BadFiles {
+        cert: PathBuf,
+        key: PathBuf,
+        /// The transport's (PKI's) error, naming the file.
+        source: TransportError,
+    },
+    /// The node did not answer the handshake, or the address refused it.
+    #[error(
+        "cannot reach node {node} at {addr}: {reason}; is it running and listening there? \
+         (--addr, or TENURE_ADMIN_ADDR)"
+    )]
+    Unreachable {
+        node: String,
+        addr: SocketAddr,
+        reason: String,
+    },
+    /// The node's certificate is not signed by a CA in our bundle.
+    #[error(
+        "the node at {addr} presented a certificate we do not trust: {reason}; is {} the \
+         CA bundle of its cluster? (--ca)",
+        ca.display()
+    )]
+    UntrustedNode {
+        addr: SocketAddr,
+        ca: PathBuf,
+        reason: String,
+    },
+    /// The certificate at `addr` is valid but not that of node `node`.
+    #[error(
+        "the node at {addr} is not {node}: {reason}; pass the name of the node at that \
+         address with --node (TENURE_ADMIN_NODE)"
+    )]
+    WrongNode {
+        node: String,
+        addr: SocketAddr,
+        reason: String,
+    },
+    /// The node refused our certificate in the handshake.
+    #[error("node {node} refused the certificate {}: {reason}; {hint}", cert.display())]
+    CertificateRefused {
+        node: String,
+        cert: PathBuf,
+        reason: String,
+        hint: &'static str,
+    },
+    /// A node certificate was used: nodes refuse admin requests from nodes.
+    #[error(
+        "node {node} refused: {NODE_CERT_REFUSAL} ({} is a node certificate; {MAKE_ONE})",
+        cert.display()
+    )]
+    NodeCertificate { node: String, cert: PathBuf },
+    /// The node refused the request, or failed to carry it out.
+    #[error("{node}: {message}")]
+    Refused { node: String, message: String },
+    /// The connection failed while the request was under way: it may have been carried out.
+    #[error(
+        "the request to node {node} at {addr} did not complete: {reason}; it may or may \
+         not have taken effect (check with `tenure status`)"
+    )]
+    Interrupted {
+        node: String,
+        addr: SocketAddr,
+        reason: String,
+    },
+    /// The node's answer could not be read.
+    #[error("node {node} answered with something unreadable: {reason}")]
+    Protocol { node: String, reason: String },
+}
+
+/// An operator's connection to the cluster, for a request or a few.
+pub struct AdminClient {
+    transport: Transport,
+    files: TlsFiles,
+}
+
+impl AdminClient {
+    /// Loads the operator's `files` and binds a transport on an ephemeral port of the
+    /// address family of `dial` (the address the requests will go to). Each request,
+    /// dialing included, must complete within `timeout`.
+    pub async fn new(
+        files: TlsFiles,
+        dial: SocketAddr,
+        timeout: Duration,
+    ) -> Result<AdminClient, AdminError> {
+        for (what, path, hint) in [
+            ("operator certificate", &files.cert, MAKE_ONE),
+            ("operator key", &files.key, MAKE_ONE),
+            (
+                "CA bundle",
+                &files.ca,
+                "pass the cluster's ca.pem with --ca (TENURE_ADMIN_CA)",
+            ),
+        ] {
+            if !path.exists() {
+                return Err(AdminError::MissingFile {
+                    what,
+                    path: path.clone(),
+                    hint,
+                });
+            }
+        }
+        let listen = if dial.is_ipv4() {
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+        } else {
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+        };
+        let config = TransportConfig {
+            listen,
+            request_timeout: timeout,
+            dial_timeout: timeout.min(Duration::from_secs(3)),
+            // A one-shot client has no use for reloads; keep the watcher quiet.
+            reload_interval: Duration::from_secs(60),
+            ..TransportConfig::default()
+        };
+        let transport = Transport::bind(config, files.clone(), Arc::new(Refuse))
+            .await
+            .map_err(|source| match source {
+                TransportError::Pki(_) | TransportError::Tls(_) => AdminError::BadFiles {
+                    cert: files.cert.clone(),
+                    key: files.key.clone(),
+                    source,
+                },
+                other => AdminError::Unreachable {
+                    node: "(none)".into(),
+                    addr: dial,
+                    reason: format!("cannot open a local socket: {other}"),
+                },
+            })?;
+        Ok(AdminClient { transport, files })
+    }
+
+    /// Sends `request` to node `node` at `addr` and returns its answer.
+    pub async fn request(
+        &self,
+        node: &str,
+        addr: SocketAddr,
+        request: &AdminRequest,
+    ) -> Result<AdminResponse, AdminError> {
+        let body = encode(request).map_err(|reason| AdminError::Protocol {
+            node: node.to_owned(),
+            reason,
+        })?;
+        let answer = self
+            .transport
+            .request(node, addr, operator_request(&body))
+            .await
+            .map_err(|e| self.explain(node, addr, e))?;
+        decode_response(&answer).map_err(|reason| AdminError::Protocol {
+            node: node.to_owned(),
+            reason,
+        })
+    }
+
+    /// Closes the transport.
+    pub async fn close(&self) {
+        self.transport.close().await;
+    }
+
+    /// A transport failure in the operator's terms.
+    fn explain(&self, node: &str, addr: SocketAddr, e: TransportError) -> AdminError {
+        let node_s = node.to_owned();
+        match e {
+            TransportError::DialTimeout { timeout, .. } => AdminError::Unreachable {
+                node: node_s,
+                addr,
+                reason: format!("no answer within {}", humantime::format_duration(timeout)),
+            },
+            TransportError::Connect { reason, .. } => AdminError::Unreachable {
+                node: node_s,
+                addr,
+                reason,
+            },
+            TransportError::InvalidPeer { reason, .. } => AdminError::WrongNode {
+                node: node_s,
+                addr,
+                reason,
+            },
+            TransportError::WrongPeer { actual, .. } => AdminError::WrongNode {
+                node: node_s,
+                addr,
+                reason: format!("its certificate is that of {actual}"),
+            },
+            TransportError::PeerRejected { reason, .. }
+                if reason.contains("not valid for name") =>
+            {
+                AdminError::WrongNode {
+                    node: node_s,
+                    addr,
+                    reason,
+                }
+            }
+            TransportError::PeerRejected { reason, .. } => AdminError::UntrustedNode {
+                addr,
+                ca: self.files.ca.clone(),
+                reason,
+            },
+            TransportError::RejectedByPeer { reason, .. } => AdminError::CertificateRefused {
+                node: node_s,
+                cert: self.files.cert.clone(),
+                hint: if reason.contains("revoked") {
+                    "it has been revoked; have a new operator certificate issued"
+                } else {
+                    "is it issued by this cluster's CA, and still valid?"
+                },
+                reason,
+            },
+            TransportError::Remote { message, .. } if message == NODE_CERT_REFUSAL => {
+                AdminError::NodeCertificate {
+                    node: node_s,
+                    cert: self.files.cert.clone(),
+                }
+            }
+            TransportError::Remote { message, .. } => AdminError::Refused {
+                node: node_s,
+                message,
+            },
+            TransportError::ConnectionLost { reason, .. } => AdminError::Interrupted {
+                node: node_s,
+                addr,
+                reason,
+            },
+            e @ (TransportError::Timeout { .. }
+            | TransportError::Protocol { .. }
+            | TransportError::Closed) => AdminError::Interrupted {
+                node: node_s,
+                addr,
+                reason: e.to_string(),
+            },
+            e @ (TransportError::Config(_)
+            | TransportError::Pki(_)
+            | TransportError::Tls(_)
+            | TransportError::Bind { .. }
+            | TransportError::TooLarge { .. }) => AdminError::Protocol {
+                node: node_s,
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+/// An operator's endpoint serves nothing.
+struct Refuse;
+
+impl Handler for Refuse {
+    fn handle(
+        &self,
+        _peer: PeerInfo,
+        _local: Local,
+        _body: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        Box::pin(async { Err("an operator's endpoint serves no requests".to_owned()) })
+    }
+}

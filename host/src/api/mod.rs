@@ -1,0 +1,187 @@
+//! The admin API: what an operator may ask a node, and how it travels.
+//!
+//! An operator (a person or tool holding an operator certificate of the cluster CA) runs
+//! `tenure status`, `move`, `drain`, `undrain`, `release` or `revoke`. Each is one
+//! [`AdminRequest`] sent over the cluster transport as an operator request (see
+//! `crate::rpc`'s `operator.rs`): mutual TLS authenticates the operator, there is no
+//! envelope, and the node answers with one [`AdminResponse`] or an error message. Both
+//! are encoded with postcard; enums are encoded by variant index, so new variants go at
+//! the end.
+//!
+//! The node implements [`Admin`] (it owns the replicated state and the Raft handle) and
+//! registers it with `Rpc::serve_operators(AdminService::new(admin))`. What this module
+//! provides around that:
+//! - `actions.rs`: [`command_for`], the pure translation of an action into the
+//!   [`Command`](crate::cluster::Command) to propose, with every check an operator
+//!   deserves a plain answer to (unknown resource, vacant slot, target without a
+//!   session, …), and [`describe`], the sentence that tells the operator what happens next;
+//! - `status.rs`: [`Status`], what `tenure status` shows, built from the replicated state
+//!   and the node's view of Raft, with a text form ([`Status::render`]) and JSON (serde);
+//! - `client.rs`: [`AdminClient`], the operator's side: binds a transport with the
+//!   operator certificate, sends one request, and turns every failure into a message that
+//!   says what to do.
+//!
+//! What it deliberately does not do: decide anything. Whether a request is allowed for
+//! this operator (all operators may do everything for now), proposing the command, and
+//! waiting for it to commit are the node's business; placement then carries moves out.
+
+mod actions;
+mod client;
+mod status;
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use actions::{command_for, describe, parse_fingerprint, winning_advert};
+pub use client::{AdminClient, AdminError};
+pub use status::{
+    HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView, Role, SessionView,
+    SlotState, SlotView, Status,
+};
+
+use crate::rpc::OperatorService;
+use crate::runtime::BoxFuture;
+use crate::transport::PeerInfo;
+
+/// What an operator asks a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// The cluster as the answering node sees it.
+    Status,
+    /// Hand slot `slot` of `resource` (the only granted one if `None`) over to node `to`.
+    Move {
+        resource: String,
+        slot: Option<u32>,
+        to: String,
+    },
+    /// Move every slot away from `node` and give it no new ones.
+    Drain { node: String },
+    /// Let `node` take slots again.
+    Undrain { node: String },
+    /// Have the owner of a slot stop, clean up and give it up; placement then grants it
+    /// again (possibly to the same node).
+    Release { resource: String, slot: Option<u32> },
+    /// Refuse the certificate with this fingerprint (`sha256:<hex>`) everywhere, for good.
+    Revoke { fingerprint: String },
+}
+
+/// A node's answer to an [`AdminRequest`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AdminResponse {
+    /// The answer to [`AdminRequest::Status`].
+    Status(Status),
+    /// An action was committed; the message says what happens next, for people.
+    Done(String),
+}
+
+/// The node's side of the admin API.
+pub trait Admin: Send + Sync + 'static {
+    /// Answers `request` from the operator named `operator`. An `Err` is a message for
+    /// the operator (refused, or failed), shown as is.
+    fn handle(
+        &self,
+        operator: &str,
+        request: AdminRequest,
+    ) -> BoxFuture<Result<AdminResponse, String>>;
+}
+
+/// Serves an [`Admin`] as the node's [`OperatorService`]: decodes requests, encodes answers.
+pub struct AdminService {
+    admin: Arc<dyn Admin>,
+}
+
+impl AdminService {
+    /// The service for `admin`, ready for `Rpc::serve_operators`.
+    pub fn new(admin: Arc<dyn Admin>) -> Arc<AdminService> {
+        Arc::new(AdminService { admin })
+    }
+}
+
+impl OperatorService for AdminService {
+    fn call(&self, operator: &PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
+        let request = decode_request(&body);
+        let admin = self.admin.clone();
+        let name = operator.identity.name.clone();
+        Box::pin(async move {
+            let response = admin.handle(&name, request?).await?;
+            encode(&response)
+        })
+    }
+}
+
+/// The postcard bytes of `value`.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
+    postcard::to_stdvec(value).map_err(|e| format!("cannot encode the admin message: {e}"))
+}
+
+/// Decodes an admin request, with a message a mismatched client understands.
+pub(crate) fn decode_request(body: &[u8]) -> Result<AdminRequest, String> {
+    postcard::from_bytes(body).map_err(|e| {
+        format!(
+            "cannot decode the admin request ({e}): is the tenure command older or newer \
+             than this node?"
+        )
+    })
+}
+
+/// Decodes an admin response.
+pub(crate) fn decode_response(body: &[u8]) -> Result<AdminResponse, String> {
+    postcard::from_bytes(body).map_err(|e| {
+        format!(
+            "cannot decode the node's answer ({e}): is the tenure command older or newer \
+             than the node?"
+        )
+    })
+}
+
+/// Splits `RESOURCE[/SLOT]` as typed on the command line.
+pub fn parse_slot_ref(text: &str) -> Result<(String, Option<u32>), String> {
+    let (resource, slot) = match text.rsplit_once('/') {
+        Some((resource, slot)) => {
+            let slot = slot.parse::<u32>().map_err(|_| {
+                format!("{text:?}: the slot after '/' must be a number, as in {resource}/0")
+            })?;
+            (resource, Some(slot))
+        }
+        None => (text, None),
+    };
+    crate::catalog::manifest::check_resource_name(resource)?;
+    Ok((resource.to_owned(), slot))
+}
+
+impl fmt::Display for AdminRequest {
+    /// The request as a command line would say it, for logs and messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let slot = |resource: &str, slot: &Option<u32>| match slot {
+            Some(n) => format!("{resource}/{n}"),
+            None => resource.to_owned(),
+        };
+        match self {
+            AdminRequest::Status => f.write_str("status"),
+            AdminRequest::Move {
+                resource,
+                slot: n,
+                to,
+            } => {
+                write!(f, "move {} --to {to}", slot(resource, n))
+            }
+            AdminRequest::Drain { node } => write!(f, "drain {node}"),
+            AdminRequest::Undrain { node } => write!(f, "undrain {node}"),
+            AdminRequest::Release { resource, slot: n } => {
+                write!(f, "release {}", slot(resource, n))
+            }
+            AdminRequest::Revoke { fingerprint } => write!(f, "revoke {fingerprint}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod actions_tests;
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod status_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,603 @@
+//! What `tenure status` shows: the cluster as one node sees it, for people and for tools.
+//!
+//! [`Status::build`] is pure: the replicated state, the answering node's view of Raft
+//! (who leads, the term, voters and learners), the slots placement left pending with its
+//! reasons, and the wall clock, in; a [`Status`] out. It goes to the operator as is, over
+//! postcard, and the CLI prints it with [`Status::render`] or as JSON (`--json`, serde).
+//! Because one struct serves both encodings it uses only what postcard can carry: no
+//! flattened fields, no internally tagged enums, no skipped fields; absent values are
+//! `null` in JSON.
+//!
+//! A follower answers from its own copy of the state, which may lag the leader by a few
+//! entries; `node` says who answered and `leader` who leads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::actions::short;
+use crate::cluster::{Cluster, HistoryKind};
+use crate::placement;
+
+/// How many of the most recent ownership changes a status carries.
+pub const HISTORY_SHOWN: usize = 20;
+
+/// The answering node's view of Raft, given to [`Status::build`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RaftView {
+    /// The node answering.
+    pub node: String,
+    /// The current leader, if known.
+    pub leader: Option<String>,
+    /// The current term.
+    pub term: u64,
+    /// The voting members.
+    pub voters: Vec<String>,
+    /// The non-voting members (learners).
+    pub learners: Vec<String>,
+}
+
+/// The cluster as one node sees it: the answer to `tenure status`, and its `--json` form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The node that answered.
+    pub node: String,
+    /// When it answered: its wall clock, ms since the Unix epoch. Every `age_ms` is
+    /// relative to it.
+    pub at_ms: u64,
+    /// The Raft leader as that node knows it; `null` during an election or when it is cut
+    /// off from the others.
+    pub leader: Option<String>,
+    /// The Raft term.
+    pub term: u64,
+    /// Every member and every Raft voter or learner, by name.
+    pub nodes: Vec<NodeView>,
+    /// Every resource that a live node has a plugin for or that has a granted slot, by
+    /// name.
+    pub resources: Vec<ResourceView>,
+    /// Fingerprints of revoked certificates, sorted.
+    pub revoked: Vec<String>,
+    /// The most recent ownership changes (at most [`HISTORY_SHOWN`]), oldest first.
+    pub history: Vec<HistoryView>,
+    /// How many ownership changes the cluster remembers in all (`history` is the tail).
+    pub history_len: usize,
+}
+
+/// One node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    /// The address peers dial; empty for a Raft member that has not joined the state yet.
+    pub addr: String,
+    /// Its place in Raft.
+    pub role: Role,
+    /// Its live session, if any: a node without one owns nothing.
+    pub session: Option<SessionView>,
+    pub labels: BTreeMap<String, String>,
+    /// Drained: gets no new slots, and its slots are moved away.
+    pub draining: bool,
+    /// How many slots it holds.
+    pub slots: usize,
+    /// The plugins in its plugins folder, by resource.
+    pub plugins: Vec<PluginView>,
+}
+
+/// A node's place in Raft.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Votes in elections and commits.
+    Voter,
+    /// Receives the log, does not vote.
+    Learner,
+    /// In the replicated state but not in the Raft membership (removed, or not added yet).
+    Outside,
+}
+
+/// A live session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// Its id: the log index that opened it (older sessions are smaller).
+    pub id: u64,
+    /// When it was opened (the proposer's wall clock, ms since the Unix epoch).
+    pub opened_ms: u64,
+    /// How long ago that was, at `Status::at_ms`.
+    pub age_ms: u64,
+}
+
+/// A plugin a node advertises.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginView {
+    pub resource: String,
+    /// The plugin's file stem.
+    pub plugin: String,
+    pub version: semver::Version,
+    /// `sha256:<hex>` of the wasm bytes.
+    pub digest: String,
+    pub tickets: u32,
+}
+
+/// One resource and its slots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceView {
+    pub name: String,
+    /// The plugin that runs: the winning advert among live nodes (highest version, then
+    /// greatest digest, as placement decides); `null` when no live node has a plugin for
+    /// it any more.
+    pub plugin: Option<PluginView>,
+    /// Labels a node must carry to own it.
+    pub require: BTreeMap<String, String>,
+    /// Tickets: the winning plugin's, else one past the highest granted slot.
+    pub tickets: u32,
+    /// Slot 0 to `tickets - 1`, and any granted slot beyond (tickets were lowered).
+    pub slots: Vec<SlotView>,
+}
+
+/// One slot. Owner fields are set for `owned` and `releasing` slots; `pending` holds the
+/// reason for a `pending` one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotView {
+    pub slot: u32,
+    pub state: SlotState,
+    pub owner: Option<String>,
+    /// The fencing token of the grant.
+    pub token: Option<u64>,
+    /// The Raft term of the grant.
+    pub term: Option<u64>,
+    /// When it was granted (ms since the Unix epoch).
+    pub since_ms: Option<u64>,
+    /// The plugin version and digest the owner runs.
+    pub version: Option<semver::Version>,
+    pub digest: Option<String>,
+    /// The handover in progress, for a `releasing` slot.
+    pub releasing: Option<ReleasingView>,
+    /// Why no node holds it, for a `pending` slot.
+    pub pending: Option<String>,
+}
+
+/// What a slot is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlotState {
+    /// Granted; the owner runs the plugin.
+    Owned,
+    /// Granted, and being handed over: the owner stops, cleans up, then releases.
+    Releasing,
+    /// Vacant.
+    Pending,
+}
+
+/// A handover in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasingView {
+    /// moved, drained, rebalanced, plugin-updated, plugin-removed, released or shutdown.
+    pub reason: String,
+    /// Where it goes next (an operator's `move`), if anywhere in particular.
+    pub to: Option<String>,
+    /// When the handover began (ms since the Unix epoch).
+    pub at_ms: u64,
+}
+
+/// One ownership change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryView {
+    /// The log index of the change.
+    pub index: u64,
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
+    pub resource: String,
+    pub slot: u32,
+    pub node: String,
+    pub token: u64,
+    /// granted, regranted, handover-begun, released, gave-up or expired.
+    pub what: String,
+    /// The handover's reason, for `handover-begun`.
+    pub reason: Option<String>,
+}
+
+impl Status {
+    /// The status of `cluster` as node `raft.node` sees it at wall-clock `now_ms`, with
+    /// the slots placement left `pending` as (resource, slot, reason).
+    pub fn build(
+        cluster: &Cluster,
+        raft: RaftView,
+        pending: Vec<(String, u32, String)>,
+        now_ms: u64,
+    ) -> Status {
+        let pending: BTreeMap<(String, u32), String> = pending
+            .into_iter()
+            .map(|(resource, slot, reason)| ((resource, slot), reason))
+            .collect();
+        let history = cluster
+            .history
+            .iter()
+            .skip(cluster.history.len().saturating_sub(HISTORY_SHOWN))
+            .map(|h| {
+                let (what, reason) = match &h.what {
+                    HistoryKind::Granted => ("granted", None),
+                    HistoryKind::Regranted => ("regranted", None),
+                    HistoryKind::HandoverBegun(r) => ("handover-begun", Some(r.as_str().into())),
+                    HistoryKind::Released => ("released", None),
+                    HistoryKind::GaveUp => ("gave-up", None),
+                    HistoryKind::Expired => ("expired", None),
+                };
+                HistoryView {
+                    index: h.index,
+                    at_ms: h.at_ms,
+                    resource: h.resource.clone(),
+                    slot: h.slot,
+                    node: h.node.clone(),
+                    token: h.token,
+                    what: what.into(),
+                    reason,
+                }
+            })
+            .collect();
+        Status {
+            nodes: nodes(cluster, &raft, now_ms),
+            resources: resources(cluster, &pending),
+            revoked: cluster.revoked.iter().cloned().collect(),
+            history,
+            history_len: cluster.history.len(),
+            node: raft.node,
+            at_ms: now_ms,
+            leader: raft.leader,
+            term: raft.term,
+        }
+    }
+
+    /// The text form: a summary line, then aligned tables of nodes, resources, slots,
+    /// revoked certificates and recent changes, like `kubectl get`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let leader = match &self.leader {
+            Some(leader) => format!("leader {leader}, term {}", self.term),
+            None => format!(
+                "no leader known (term {}): an election is under way, or {} is cut off from \
+                 the others",
+                self.term, self.node
+            ),
+        };
+        let _ = writeln!(out, "{leader}; answered by {}", self.node);
+
+        out.push('\n');
+        let rows = self.nodes.iter().map(|n| {
+            let (session, age) = match &n.session {
+                Some(s) => (s.id.to_string(), age(s.age_ms)),
+                None => ("-".into(), "-".into()),
+            };
+            let state = match (&n.session, n.draining) {
+                (_, true) => "draining",
+                (Some(_), false) => "ready",
+                (None, false) => "down",
+            };
+            vec![
+                n.name.clone(),
+                dash(&n.addr),
+                n.role.as_str().into(),
+                state.into(),
+                session,
+                age,
+                n.slots.to_string(),
+                labels(&n.labels),
+                list(
+                    n.plugins
+                        .iter()
+                        .map(|p| format!("{}@{}", p.resource, p.version)),
+                ),
+            ]
+        });
+        let header = [
+            "NODE", "ADDRESS", "ROLE", "STATE", "SESSION", "AGE", "SLOTS", "LABELS", "PLUGINS",
+        ];
+        out.push_str(&table(&header, rows, "no nodes"));
+
+        out.push('\n');
+        let rows = self.resources.iter().map(|r| {
+            let (plugin, version, digest) = match &r.plugin {
+                Some(p) => (
+                    p.plugin.clone(),
+                    p.version.to_string(),
+                    short(&p.digest).into(),
+                ),
+                None => ("-".into(), "-".into(), "(no live node has it)".into()),
+            };
+            vec![
+                r.name.clone(),
+                plugin,
+                version,
+                digest,
+                r.tickets.to_string(),
+                labels(&r.require),
+            ]
+        });
+        let header = [
+            "RESOURCE", "PLUGIN", "VERSION", "DIGEST", "TICKETS", "REQUIRE",
+        ];
+        out.push_str(&table(&header, rows, "no resources"));
+
+        if self.resources.iter().any(|r| !r.slots.is_empty()) {
+            out.push('\n');
+            let rows = self.resources.iter().flat_map(|r| {
+                r.slots.iter().map(|s| {
+                    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                    let note = match (&s.releasing, &s.pending) {
+                        (Some(h), _) => match &h.to {
+                            Some(to) => format!("{} → {to}", h.reason),
+                            None => h.reason.clone(),
+                        },
+                        (None, Some(reason)) => reason.clone(),
+                        (None, None) => String::new(),
+                    };
+                    vec![
+                        format!("{}/{}", r.name, s.slot),
+                        s.state.as_str().into(),
+                        opt(s.owner.clone()),
+                        opt(s.token.map(|t| t.to_string())),
+                        opt(s.term.map(|t| t.to_string())),
+                        opt(s.since_ms.map(|t| age(self.at_ms.saturating_sub(t)))),
+                        note,
+                    ]
+                })
+            });
+            let header = ["SLOT", "STATE", "OWNER", "TOKEN", "TERM", "HELD", "NOTE"];
+            out.push_str(&table(&header, rows, ""));
+        }
+
+        if !self.revoked.is_empty() {
+            out.push('\n');
+            let rows = self.revoked.iter().map(|f| vec![f.clone()]);
+            out.push_str(&table(&["REVOKED"], rows, ""));
+        }
+
+        if !self.history.is_empty() {
+            out.push('\n');
+            let rows = self.history.iter().map(|h| {
+                let what = match &h.reason {
+                    Some(reason) => format!("{} ({reason})", h.what),
+                    None => h.what.clone(),
+                };
+                vec![
+                    age(self.at_ms.saturating_sub(h.at_ms)),
+                    format!("{}/{}", h.resource, h.slot),
+                    h.node.clone(),
+                    h.token.to_string(),
+                    what,
+                ]
+            });
+            let header = ["CHANGED", "SLOT", "NODE", "TOKEN", "CHANGE"];
+            out.push_str(&table(&header, rows, ""));
+            if self.history_len > self.history.len() {
+                let _ = writeln!(
+                    out,
+                    "(the last {} of {} ownership changes)",
+                    self.history.len(),
+                    self.history_len
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Role {
+    /// `voter`, `learner` or `-`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Voter => "voter",
+            Role::Learner => "learner",
+            Role::Outside => "-",
+        }
+    }
+}
+
+impl SlotState {
+    /// `owned`, `releasing` or `pending`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotState::Owned => "owned",
+            SlotState::Releasing => "releasing",
+            SlotState::Pending => "pending",
+        }
+    }
+}
+
+/// Members, then Raft members that are not (yet) in the state, by name.
+fn nodes(cluster: &Cluster, raft: &RaftView, now_ms: u64) -> Vec<NodeView> {
+    let names: BTreeSet<&str> = cluster
+        .members
+        .keys()
+        .chain(&raft.voters)
+        .chain(&raft.learners)
+        .map(String::as_str)
+        .collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let role = if raft.voters.iter().any(|v| v == name) {
+                Role::Voter
+            } else if raft.learners.iter().any(|l| l == name) {
+                Role::Learner
+            } else {
+                Role::Outside
+            };
+            let member = cluster.members.get(name);
+            NodeView {
+                name: name.to_owned(),
+                addr: member.map(|m| m.addr.clone()).unwrap_or_default(),
+                role,
+                session: member
+                    .and_then(|m| m.session.as_ref())
+                    .map(|s| SessionView {
+                        id: s.id,
+                        opened_ms: s.opened_ms,
+                        age_ms: now_ms.saturating_sub(s.opened_ms),
+                    }),
+                labels: member.map(|m| m.labels.clone()).unwrap_or_default(),
+                draining: member.is_some_and(|m| m.draining),
+                slots: cluster.slots_of(name).count(),
+                plugins: member
+                    .map(|m| {
+                        m.plugins
+                            .iter()
+                            .map(|(resource, a)| plugin_view(resource, a))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+fn plugin_view(resource: &str, a: &crate::cluster::Advert) -> PluginView {
+    PluginView {
+        resource: resource.to_owned(),
+        plugin: a.plugin.clone(),
+        version: a.version.clone(),
+        digest: a.digest.clone(),
+        tickets: a.tickets,
+    }
+}
+
+/// Every resource a live node advertises, that has a granted slot, or that placement
+/// reports a pending slot of; with its slots.
+fn resources(cluster: &Cluster, pending: &BTreeMap<(String, u32), String>) -> Vec<ResourceView> {
+    let names: BTreeSet<&str> = cluster
+        .members
+        .values()
+        .filter(|m| m.session.is_some())
+        .flat_map(|m| m.plugins.keys())
+        .chain(cluster.resources.keys())
+        .chain(pending.keys().map(|(r, _)| r))
+        .map(String::as_str)
+        .collect();
+    let winners = placement::winning(cluster);
+    names
+        .into_iter()
+        .map(|name| {
+            let wins = winners.get(name).map(|w| &w.advert);
+            let granted = cluster.resources.get(name);
+            let tickets = match wins {
+                Some(a) => a.tickets,
+                None => granted
+                    .and_then(|g| g.keys().next_back())
+                    .map_or(0, |last| last + 1),
+            };
+            let numbers: BTreeSet<u32> = (0..tickets)
+                .chain(granted.into_iter().flat_map(|g| g.keys().copied()))
+                .chain(
+                    pending
+                        .keys()
+                        .filter(|(r, _)| r == name)
+                        .map(|(_, slot)| *slot),
+                )
+                .collect();
+            let slots = numbers
+                .into_iter()
+                .map(|n| match granted.and_then(|g| g.get(&n)) {
+                    Some(s) => SlotView {
+                        slot: n,
+                        state: if s.releasing.is_some() {
+                            SlotState::Releasing
+                        } else {
+                            SlotState::Owned
+                        },
+                        owner: Some(s.owner.clone()),
+                        token: Some(s.token),
+                        term: Some(s.term),
+                        since_ms: Some(s.since_ms),
+                        version: Some(s.version.clone()),
+                        digest: Some(s.digest.clone()),
+                        releasing: s.releasing.as_ref().map(|r| ReleasingView {
+                            reason: r.reason.as_str().into(),
+                            to: r.to.clone(),
+                            at_ms: r.at_ms,
+                        }),
+                        pending: None,
+                    },
+                    None => SlotView {
+                        slot: n,
+                        state: SlotState::Pending,
+                        owner: None,
+                        token: None,
+                        term: None,
+                        since_ms: None,
+                        version: None,
+                        digest: None,
+                        releasing: None,
+                        pending: Some(
+                            pending
+                                .get(&(name.to_owned(), n))
+                                .cloned()
+                                .unwrap_or_else(|| "waiting for placement".into()),
+                        ),
+                    },
+                })
+                .collect();
+            ResourceView {
+                name: name.to_owned(),
+                plugin: wins.map(|a| plugin_view(name, a)),
+                require: wins.map(|a| a.require.clone()).unwrap_or_default(),
+                tickets,
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// Columns padded to their widest cell, two spaces apart, no trailing blanks; `empty`
+/// (if not empty) under the header when there are no rows.
+fn table(header: &[&str], rows: impl Iterator<Item = Vec<String>>, empty: &str) -> String {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (cell, w) in cells.zip(&widths) {
+            let _ = write!(text, "{cell:<w$}  ");
+        }
+        text.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&mut header.iter().copied());
+    for row in &rows {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    if rows.is_empty() && !empty.is_empty() {
+        out.push_str(empty);
+        out.push('\n');
+    }
+    out
+}
+
+/// A duration for people, like kubectl's ages: `42s`, `3m20s`, `45m`, `5h`, `3d`.
+pub(crate) fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..120 => format!("{s}s"),
+        120..600 => format!("{}m{}s", s / 60, s % 60),
+        600..10_800 => format!("{}m", s / 60),
+        10_800..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn dash(text: &str) -> String {
+    if text.is_empty() {
+        "-".into()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn labels(labels: &BTreeMap<String, String>) -> String {
+    list(labels.iter().map(|(k, v)| format!("{k}={v}")))
+}
+
+fn list(items: impl Iterator<Item = String>) -> String {
+    dash(&items.collect::<Vec<_>>().join(","))
+}

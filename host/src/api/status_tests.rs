@@ -1,0 +1,244 @@
+//! `Status::build` and `Status::render` over the fixture cluster.
+
+use super::fixture::{T0, digest, three_nodes};
+use super::*;
+use crate::cluster::{Command, Handover};
+
+const NOW: u64 = T0 + 3_600_000;
+
+fn raft() -> RaftView {
+    RaftView {
+        node: "b".into(),
+        leader: Some("a".into()),
+        term: 2,
+        voters: vec!["a".into(), "b".into(), "e".into()],
+        learners: vec!["c".into()],
+    }
+}
+
+/// The fixture with a move of echo/1 under way, solo released (vacant, pending with a
+/// reason), c draining, and a revoked certificate.
+fn status() -> Status {
+    let mut w = three_nodes();
+    w.hand_over("echo", 1, Handover::Moved, Some("c"), T0 + 20_000);
+    let token = w.cluster.slot("solo", 0).unwrap().token;
+    w.hand_over("solo", 0, Handover::Released, None, T0 + 30_000);
+    w.apply(Command::Release {
+        resource: "solo".into(),
+        slot: 0,
+        token,
+        at_ms: T0 + 31_000,
+    });
+    w.apply(Command::SetDraining {
+        node: "c".into(),
+        draining: true,
+    });
+    w.apply(Command::Revoke {
+        fingerprint: digest('9'),
+    });
+    let pending = vec![(
+        "solo".into(),
+        0,
+        "no eligible node: a is in cooldown".into(),
+    )];
+    Status::build(&w.cluster, raft(), pending, NOW)
+}
+
+#[test]
+fn build_reports_nodes_resources_slots_and_history() {
+    let s = status();
+    assert_eq!(
+        (s.node.as_str(), s.leader.as_deref(), s.term),
+        ("b", Some("a"), 2)
+    );
+    assert_eq!(s.at_ms, NOW);
+
+    let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "e"]);
+    let a = &s.nodes[0];
+    assert_eq!(a.role, Role::Voter);
+    assert_eq!(a.addr, "a:7400");
+    assert_eq!(a.session.as_ref().unwrap().age_ms, NOW - T0);
+    assert_eq!(a.slots, 1);
+    assert_eq!(a.labels["zone"], "x");
+    assert_eq!(a.plugins.len(), 2);
+    let c = &s.nodes[2];
+    assert_eq!((c.role, c.draining, c.slots), (Role::Learner, true, 0));
+    // A Raft voter that has not joined the state yet.
+    let e = &s.nodes[3];
+    assert_eq!(
+        (e.role, e.addr.as_str(), e.session.is_none()),
+        (Role::Voter, "", true)
+    );
+
+    let echo = &s.resources[0];
+    assert_eq!((echo.name.as_str(), echo.tickets), ("echo", 2));
+    assert_eq!(echo.plugin.as_ref().unwrap().version.to_string(), "1.0.0");
+    let [zero, one] = echo.slots.as_slice() else {
+        panic!("{:?}", echo.slots)
+    };
+    assert_eq!(
+        (zero.state, zero.owner.as_deref()),
+        (SlotState::Owned, Some("a"))
+    );
+    assert_eq!(zero.since_ms, Some(T0 + 10_000));
+    assert_eq!(one.state, SlotState::Releasing);
+    let releasing = one.releasing.as_ref().unwrap();
+    assert_eq!(
+        (releasing.reason.as_str(), releasing.to.as_deref()),
+        ("moved", Some("c"))
+    );
+
+    let solo = &s.resources[1];
+    assert_eq!(solo.slots.len(), 1);
+    assert_eq!(solo.slots[0].state, SlotState::Pending);
+    assert_eq!(
+        solo.slots[0].pending.as_deref(),
+        Some("no eligible node: a is in cooldown")
+    );
+    assert_eq!(s.revoked, [digest('9')]);
+
+    let kinds: Vec<(&str, Option<&str>)> = s
+        .history
+        .iter()
+        .map(|h| (h.what.as_str(), h.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("granted", None),
+            ("granted", None),
+            ("granted", None),
+            ("handover-begun", Some("moved")),
+            ("handover-begun", Some("released")),
+            ("released", None),
+        ]
+    );
+}
+
+#[test]
+fn history_is_the_most_recent_tail() {
+    let mut w = three_nodes();
+    for _ in 0..30 {
+        let token = w.cluster.slot("echo", 0).unwrap().token;
+        w.apply(Command::Regrant {
+            resource: "echo".into(),
+            slot: 0,
+            token,
+            at_ms: T0,
+        });
+    }
+    let s = Status::build(&w.cluster, raft(), vec![], NOW);
+    assert_eq!(s.history.len(), status::HISTORY_SHOWN);
+    assert_eq!(s.history_len, 33);
+    assert_eq!(
+        s.history.last().unwrap().index,
+        w.cluster.history.back().unwrap().index
+    );
+    assert!(s.render().contains("(the last 20 of 33 ownership changes)"));
+}
+
+#[test]
+fn unadvertised_granted_and_unreported_pending_slots_are_shown() {
+    let mut w = three_nodes();
+    // Raise echo's tickets to 3 on every node: slot 2 is vacant, without a reason given.
+    for node in ["a", "b", "c"] {
+        w.advertise(node, "echo", "1.0.0", 'e', 3);
+    }
+    let s = Status::build(&w.cluster, raft(), vec![], NOW);
+    let echo = &s.resources[0];
+    assert_eq!(echo.slots.len(), 3);
+    assert_eq!(
+        echo.slots[2].pending.as_deref(),
+        Some("waiting for placement")
+    );
+}
+
+#[test]
+fn status_travels_as_postcard_and_as_json() {
+    let s = status();
+    let bytes = postcard::to_stdvec(&AdminResponse::Status(s.clone())).unwrap();
+    assert_eq!(
+        decode_response(&bytes).unwrap(),
+        AdminResponse::Status(s.clone())
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["leader"], "a");
+    assert_eq!(json["nodes"][0]["role"], "voter");
+    assert_eq!(json["resources"][0]["slots"][1]["state"], "releasing");
+    assert_eq!(json["resources"][0]["slots"][1]["releasing"]["to"], "c");
+    assert_eq!(json["resources"][1]["slots"][0]["state"], "pending");
+    assert_eq!(json["resources"][0]["plugin"]["version"], "1.0.0");
+    let back: Status = serde_json::from_value(json).unwrap();
+    assert_eq!(back, s);
+}
+
+#[test]
+fn render_is_aligned_tables() {
+    let text = status().render();
+    println!("{text}");
+    assert_eq!(text, RENDERED);
+}
+
+#[test]
+fn render_says_when_there_is_no_leader_and_nothing_to_show() {
+    let s = Status::build(
+        &crate::cluster::Cluster::default(),
+        RaftView {
+            node: "n1".into(),
+            ..RaftView::default()
+        },
+        vec![],
+        NOW,
+    );
+    let text = s.render();
+    println!("{text}");
+    assert!(text.starts_with("no leader known (term 0)"), "{text}");
+    assert!(text.contains("no nodes\n"), "{text}");
+    assert!(text.contains("no resources\n"), "{text}");
+}
+
+#[test]
+fn ages_read_like_kubectl() {
+    for (ms, text) in [
+        (0, "0s"),
+        (59_999, "59s"),
+        (119_000, "119s"),
+        (200_000, "3m20s"),
+        (2_700_000, "45m"),
+        (18_000_000, "5h"),
+        (3 * 86_400_000, "3d"),
+    ] {
+        assert_eq!(status::age(ms), text, "{ms}");
+    }
+}
+
+const RENDERED: &str = "\
+leader a, term 2; answered by b
+
+NODE  ADDRESS  ROLE     STATE     SESSION  AGE  SLOTS  LABELS  PLUGINS
+a     a:7400   voter    ready     2        60m  1      zone=x  echo@1.0.0,solo@2.0.0
+b     b:7400   voter    ready     4        59m  1      zone=x  echo@1.0.0,solo@2.0.0
+c     c:7400   learner  draining  6        59m  0      zone=y  echo@1.0.0
+e     -        voter    down      -        -    0      -       -
+
+RESOURCE  PLUGIN  VERSION  DIGEST               TICKETS  REQUIRE
+echo      echo    1.0.0    sha256:eeeeeeeeeeee  2        -
+solo      solo    2.0.0    sha256:ssssssssssss  1        -
+
+SLOT    STATE      OWNER  TOKEN  TERM  HELD  NOTE
+echo/0  owned      a      12     2     59m
+echo/1  releasing  b      13     2     59m   moved → c
+solo/0  pending    -      -      -     -     no eligible node: a is in cooldown
+
+REVOKED
+sha256:9999999999999999999999999999999999999999999999999999999999999999
+
+CHANGED  SLOT    NODE  TOKEN  CHANGE
+59m      echo/0  a     12     granted
+59m      echo/1  b     13     granted
+59m      solo/0  a     14     granted
+59m      echo/1  b     13     handover-begun (moved)
+59m      solo/0  a     14     handover-begun (released)
+59m      solo/0  a     14     released
+";

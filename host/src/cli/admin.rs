@@ -1,0 +1,327 @@
+//! The admin commands: `tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`.
+//!
+//! Each sends one [`AdminRequest`] to one node as an operator ([`AdminClient`]) and prints
+//! the answer: the status as aligned tables (or JSON with `--json`), an action's outcome
+//! as one sentence. Errors go to stderr through `main`, with exit code 1.
+//!
+//! The connection flags default to the single-node default's development certificates
+//! (`tenure-data/certs/{ca,operator}.pem`, `operator.key`) and its address
+//! (`127.0.0.1:7400`, node `local`), so on one machine `tenure status` just works. For a
+//! cluster, point them at the operator's files and any node (flags or `TENURE_ADMIN_*`).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+
+use crate::api::{AdminClient, AdminRequest, AdminResponse, parse_fingerprint, parse_slot_ref};
+use crate::pki;
+use crate::transport::TlsFiles;
+
+/// The operator commands (each also takes the connection flags).
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Show the cluster: leader, term, nodes (sessions, labels, draining), resources with
+    /// their slots, owners, tokens and pending slots, plugin versions, recent changes.
+    Status {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Move a slot to another node by graceful handover (the owner stops and cleans up,
+    /// then NODE starts it).
+    Move {
+        /// RESOURCE or RESOURCE/SLOT (the slot may be omitted when only one is granted).
+        #[arg(value_name = "RESOURCE[/SLOT]")]
+        target: String,
+        /// The node to move it to.
+        #[arg(long, value_name = "NODE")]
+        to: String,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Move every slot away from a node and give it no new ones.
+    Drain {
+        /// The node to drain.
+        #[arg(value_name = "NODE")]
+        name: String,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Let a drained node take slots again.
+    Undrain {
+        /// The node to undrain.
+        #[arg(value_name = "NODE")]
+        name: String,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Have a slot's owner stop, clean up and give it up; placement grants it again.
+    Release {
+        /// RESOURCE or RESOURCE/SLOT (the slot may be omitted when only one is granted).
+        #[arg(value_name = "RESOURCE[/SLOT]")]
+        target: String,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Revoke a certificate: every node refuses it from then on, for good.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["fingerprint", "cert"])))]
+    Revoke {
+        /// The certificate's fingerprint, sha256:<64 hex digits> (as `tenure status` shows).
+        #[arg(long, value_name = "SHA256")]
+        fingerprint: Option<String>,
+        /// Or the certificate file (PEM) itself.
+        #[arg(value_name = "CERT.pem")]
+        cert: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Connection,
+    },
+}
+
+/// Which node to ask, and as whom.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// The node's address (host:port).
+    #[arg(long, env = "TENURE_ADMIN_ADDR", default_value = "127.0.0.1:7400")]
+    pub addr: String,
+    /// The node's name (its certificate must carry it).
+    #[arg(
+        long = "node",
+        value_name = "NAME",
+        env = "TENURE_ADMIN_NODE",
+        default_value = "local"
+    )]
+    pub node_name: String,
+    /// The base of the default certificate paths: DIR/certs/{ca.pem,operator.pem,operator.key}.
+    #[arg(long, env = "TENURE_ADMIN_DATA_DIR", default_value = "tenure-data")]
+    pub data_dir: PathBuf,
+    /// The cluster's CA bundle (default: DATA_DIR/certs/ca.pem).
+    #[arg(long, env = "TENURE_ADMIN_CA")]
+    pub ca: Option<PathBuf>,
+    /// The operator certificate (default: DATA_DIR/certs/operator.pem).
+    #[arg(long, env = "TENURE_ADMIN_CERT")]
+    pub cert: Option<PathBuf>,
+    /// The operator key (default: DATA_DIR/certs/operator.key).
+    #[arg(long, env = "TENURE_ADMIN_KEY")]
+    pub key: Option<PathBuf>,
+    /// How long to wait for the node's answer, e.g. 10s.
+    #[arg(long, env = "TENURE_ADMIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+impl Connection {
+    /// The certificate files: the flags, else the development ones under the data dir.
+    pub fn files(&self) -> TlsFiles {
+        let certs = self.data_dir.join("certs");
+        TlsFiles {
+            ca: self
+                .ca
+                .clone()
+                .unwrap_or_else(|| certs.join(pki::CA_CERT_FILE)),
+            cert: self
+                .cert
+                .clone()
+                .unwrap_or_else(|| certs.join(format!("{}.pem", pki::DEV_OPERATOR_FILE))),
+            key: self
+                .key
+                .clone()
+                .unwrap_or_else(|| certs.join(format!("{}.key", pki::DEV_OPERATOR_FILE))),
+        }
+    }
+
+    /// The node's address, resolved (the first address a host name resolves to).
+    pub fn socket_addr(&self) -> anyhow::Result<SocketAddr> {
+        self.addr
+            .to_socket_addrs()
+            .with_context(|| format!("--addr {:?} is not a host:port address", self.addr))?
+            .next()
+            .with_context(|| format!("--addr {:?} resolves to no address", self.addr))
+    }
+}
+
+/// Runs one admin command.
+pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
+    let (request, conn, json) = request_of(command)?;
+    let addr = conn.socket_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let answer = runtime.block_on(async {
+        let client = AdminClient::new(conn.files(), addr, conn.timeout).await?;
+        let answer = client.request(&conn.node_name, addr, &request).await;
+        client.close().await;
+        answer
+    })?;
+    match answer {
+        AdminResponse::Status(status) if json => {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        AdminResponse::Status(status) => print!("{}", status.render()),
+        AdminResponse::Done(message) => println!("{message}"),
+    }
+    Ok(())
+}
+
+/// The request a command sends, its connection flags, and whether JSON is wanted.
+fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection, bool)> {
+    let slot_ref = |text: &str| parse_slot_ref(text).map_err(anyhow::Error::msg);
+    Ok(match command {
+        AdminCommand::Status { json, conn } => (AdminRequest::Status, conn, json),
+        AdminCommand::Move { target, to, conn } => {
+            let (resource, slot) = slot_ref(&target)?;
+            pki::validate_name(&to)?;
+            (AdminRequest::Move { resource, slot, to }, conn, false)
+        }
+        AdminCommand::Drain { name, conn } => (AdminRequest::Drain { node: name }, conn, false),
+        AdminCommand::Undrain { name, conn } => (AdminRequest::Undrain { node: name }, conn, false),
+        AdminCommand::Release { target, conn } => {
+            let (resource, slot) = slot_ref(&target)?;
+            (AdminRequest::Release { resource, slot }, conn, false)
+        }
+        AdminCommand::Revoke {
+            fingerprint,
+            cert,
+            conn,
+        } => {
+            let fingerprint = match (fingerprint, cert) {
+                (Some(text), None) => parse_fingerprint(&text).map_err(anyhow::Error::msg)?,
+                (None, Some(path)) => fingerprint_of(&path)?,
+                _ => anyhow::bail!("give either --fingerprint or a certificate file, not both"),
+            };
+            (AdminRequest::Revoke { fingerprint }, conn, false)
+        }
+    })
+}
+
+/// The fingerprint of the first certificate in a PEM file; says whose it is on stderr.
+fn fingerprint_of(path: &PathBuf) -> anyhow::Result<String> {
+    let der = CertificateDer::from_pem_file(path)
+        .with_context(|| format!("cannot read a PEM certificate from {}", path.display()))?;
+    let fingerprint = pki::fingerprint(&der);
+    match pki::identity_of(&der) {
+        Ok(identity) => eprintln!("revoking the certificate of {identity}: {fingerprint}"),
+        Err(_) => eprintln!("revoking certificate {fingerprint}"),
+    }
+    Ok(fingerprint)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<AdminCommand, clap::Error> {
+        let mut argv = vec!["tenure"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Admin(command) => Ok(command),
+            other => panic!("not an admin command: {other:?}"),
+        }
+    }
+
+    fn request(args: &[&str]) -> AdminRequest {
+        request_of(parse(args).unwrap()).unwrap().0
+    }
+
+    #[test]
+    fn commands_become_requests() {
+        assert_eq!(request(&["status"]), AdminRequest::Status);
+        assert_eq!(
+            request(&["move", "billing/1", "--to", "n2"]),
+            AdminRequest::Move {
+                resource: "billing".into(),
+                slot: Some(1),
+                to: "n2".into()
+            }
+        );
+        assert_eq!(
+            request(&["release", "billing"]),
+            AdminRequest::Release {
+                resource: "billing".into(),
+                slot: None
+            }
+        );
+        assert_eq!(
+            request(&["drain", "n1"]),
+            AdminRequest::Drain { node: "n1".into() }
+        );
+        assert_eq!(
+            request(&["undrain", "n1", "--node", "n3"]),
+            AdminRequest::Undrain { node: "n1".into() }
+        );
+        let fp = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            request(&["revoke", "--fingerprint", &fp]),
+            AdminRequest::Revoke { fingerprint: fp }
+        );
+        assert!(parse(&["revoke"]).is_err());
+        assert!(parse(&["move", "billing"]).is_err(), "--to is required");
+        assert!(request_of(parse(&["move", "b/x", "--to", "n2"]).unwrap()).is_err());
+        assert!(request_of(parse(&["revoke", "--fingerprint", "sha256:12"]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn connection_flags_default_to_the_single_node_development_files() {
+        let AdminCommand::Status { json, conn } = parse(&["status", "--json"]).unwrap() else {
+            panic!()
+        };
+        assert!(json);
+        assert_eq!(conn.node_name, "local");
+        assert_eq!(
+            conn.socket_addr().unwrap(),
+            "127.0.0.1:7400".parse().unwrap()
+        );
+        let files = conn.files();
+        assert_eq!(files.ca, PathBuf::from("tenure-data/certs/ca.pem"));
+        assert_eq!(files.cert, PathBuf::from("tenure-data/certs/operator.pem"));
+        assert_eq!(files.key, PathBuf::from("tenure-data/certs/operator.key"));
+
+        let AdminCommand::Drain { conn, .. } = parse(&[
+            "drain",
+            "n1",
+            "--data-dir",
+            "/srv/t",
+            "--cert",
+            "/o/alice.pem",
+            "--addr",
+            "10.0.0.1:7401",
+            "--timeout",
+            "2s",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        let files = conn.files();
+        assert_eq!(files.ca, PathBuf::from("/srv/t/certs/ca.pem"));
+        assert_eq!(files.cert, PathBuf::from("/o/alice.pem"));
+        assert_eq!(files.key, PathBuf::from("/srv/t/certs/operator.key"));
+        assert_eq!(conn.timeout, Duration::from_secs(2));
+        assert_eq!(
+            conn.socket_addr().unwrap(),
+            "10.0.0.1:7401".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn revoking_by_file_uses_the_leaf_fingerprint() {
+        let certs = crate::transport::tests::Certs::new();
+        let files = certs.node("n1");
+        let path = files.cert.to_str().unwrap();
+        assert_eq!(
+            request(&["revoke", path]),
+            AdminRequest::Revoke {
+                fingerprint: crate::transport::tests::fingerprint_of(&files.cert)
+            }
+        );
+        assert!(parse(&["revoke", path, "--fingerprint", "sha256:00"]).is_err());
+    }
+}

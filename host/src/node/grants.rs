@@ -1,0 +1,133 @@
+//! The control plane behind a supervisor: restarts, releases and give-ups as Raft
+//! commands, and the `state` import as fenced `SaveState` commands.
+//!
+//! Every call here that has an effect outside the node first checks the local lease
+//! (DESIGN.md invariant 3): after the deadline a paused or partitioned owner can no
+//! longer save state or restart, whatever its plugin does. The token check in
+//! `Cluster::apply` then fences anything that slips past the lease check (a save
+//! proposed just before the deadline and committed after a successor was granted).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::shared::Shared;
+use crate::cluster::{Command, Response};
+use crate::events;
+use crate::ownership::Grant;
+use crate::runtime::{BoxFuture, CleanupReason, StateBackend, StateError};
+use crate::supervisor::Grants;
+
+/// How long a node that gave a slot up is skipped for that resource.
+pub const GIVE_UP_COOLDOWN: Duration = Duration::from_secs(60);
+
+/// [`Grants`] and [`StateBackend`] over the node's control-plane handle.
+#[derive(Clone)]
+pub struct ClusterGrants {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Grants for ClusterGrants {
+    fn regrant(&self, grant: &Grant) -> BoxFuture<Option<Grant>> {
+        let shared = self.shared.clone();
+        let grant = grant.clone();
+        Box::pin(async move {
+            if !shared.lease_valid(Instant::now()) {
+                return None;
+            }
+            let command = Command::Regrant {
+                resource: grant.resource.clone(),
+                slot: grant.slot,
+                token: grant.token,
+                at_ms: super::shared::now_ms(),
+            };
+            match shared.propose(command).await {
+                Ok(Response::Granted { token, term }) => Some(Grant {
+                    token,
+                    term,
+                    ..grant
+                }),
+                Ok(other) => {
+                    tracing::info!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, answer = ?other, "the slot cannot be restarted under a new token");
+                    None
+                }
+                Err(error) => {
+                    tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, %error, "cannot restart the slot");
+                    None
+                }
+            }
+        })
+    }
+
+    fn release(&self, grant: &Grant, reason: CleanupReason) -> BoxFuture<()> {
+        let shared = self.shared.clone();
+        let grant = grant.clone();
+        Box::pin(async move {
+            if reason == CleanupReason::LeaseLost {
+                // The session's expiry (or its replacement) vacates the slot.
+                return;
+            }
+            let command = Command::Release {
+                resource: grant.resource.clone(),
+                slot: grant.slot,
+                token: grant.token,
+                at_ms: super::shared::now_ms(),
+            };
+            // A failure is retried by the owner's reconciliation, which releases
+            // releasing slots nothing runs.
+            if let Err(error) = shared.propose(command).await {
+                tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot release the slot yet; will retry");
+            }
+        })
+    }
+
+    fn give_up(&self, grant: &Grant) -> BoxFuture<()> {
+        let shared = self.shared.clone();
+        let grant = grant.clone();
+        Box::pin(async move {
+            let now = super::shared::now_ms();
+            let command = Command::GiveUp {
+                resource: grant.resource.clone(),
+                slot: grant.slot,
+                token: grant.token,
+                until_ms: now + GIVE_UP_COOLDOWN.as_millis() as u64,
+                at_ms: now,
+            };
+            if let Err(error) = shared.propose(command).await {
+                tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot give the slot up");
+            }
+        })
+    }
+}
+
+impl StateBackend for ClusterGrants {
+    fn load(&self, grant: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+        // The local replica has applied this node's grant, and with it every save and
+        // release of the previous owners that came before it in the log.
+        let data = self
+            .shared
+            .read(|cluster| cluster.state.get(&grant.resource).map(|b| b.data.clone()));
+        Box::pin(async move { Ok(data) })
+    }
+
+    fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+        let shared = self.shared.clone();
+        let grant = grant.clone();
+        Box::pin(async move {
+            if !shared.lease_valid(Instant::now()) {
+                return Err(StateError::LeaseExpired);
+            }
+            let command = Command::SaveState {
+                resource: grant.resource.clone(),
+                slot: grant.slot,
+                token: grant.token,
+                data,
+            };
+            match shared.propose(command).await {
+                Ok(Response::Done) => Ok(()),
+                Ok(Response::Stale) => Err(StateError::StaleToken),
+                Ok(other) => Err(StateError::Unavailable(format!("{other:?}"))),
+                Err(error) => Err(StateError::Unavailable(error.to_string())),
+            }
+        })
+    }
+}

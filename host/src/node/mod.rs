@@ -1,0 +1,416 @@
+//! The node: wiring, the main loop and the shutdown order.
+//!
+//! A node is a member of a Raft cluster (on the single-node default, a one-voter cluster
+//! on the same code path). Its parts, each in its own file:
+//! - `plugins.rs`: the plugins folder compiled, and the adverts (what it can run);
+//! - `session.rs`: its session, renewed with the leader, and the lease deadline;
+//! - `leader.rs`: while it leads, session expiry and the placement plan;
+//! - `owner.rs`: the slots granted to it, run by supervisors;
+//! - `grants.rs`: restarts, releases and fenced state saves as Raft commands;
+//! - `admin.rs`: operator requests.
+//!
+//! Shutdown is ordered (DESIGN.md invariant 4): stop taking folder changes → withdraw the
+//! adverts and hand every slot over (`releasing: shutdown`) in one command → each plugin
+//! stops, runs `cleanup(shutdown)` and releases → end the session → stop the control
+//! plane → close the endpoint. If the cluster cannot commit the handover (no quorum), the
+//! plugins are stopped locally instead; their slots then move when the session expires.
+
+mod admin;
+mod grants;
+mod leader;
+mod owner;
+mod plugins;
+mod probe;
+mod session;
+mod shared;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::catalog::{self, Change};
+use crate::cluster::{Advert, Command, Handover};
+use crate::config::Config;
+use crate::events;
+use crate::ownership::LeaseTiming;
+use crate::raft::{Control, ControlOptions};
+use crate::rpc::Rpc;
+use crate::runtime::{CleanupReason, Runtime};
+use crate::supervisor::Deps;
+use crate::transport::{TlsFiles, TransportConfig};
+
+pub use grants::GIVE_UP_COOLDOWN;
+use leader::Liveness;
+use owner::Owner;
+use plugins::Folder;
+use session::Renewals;
+use shared::{Shared, now_ms};
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot create the {what} folder {path}: {source}")]
+    Folder {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid listen address {0:?}: expected HOST:PORT with an IP address")]
+    Listen(String),
+    #[error("cannot record this run in {path}: {source}")]
+    Incarnation {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Certificates(#[from] crate::pki::PkiError),
+    #[error(transparent)]
+    Raft(#[from] crate::raft::ControlError),
+    #[error(transparent)]
+    Rpc(#[from] crate::rpc::RpcError),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Added to the longest stop grace plus cleanup timeout to bound shutdown: covers the
+/// interrupt backstops and the control-plane round trips.
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
+/// How long shutdown waits for the cluster to commit a step before going on without it.
+const SHUTDOWN_COMMIT: Duration = Duration::from_secs(3);
+
+/// Runs the node until `shutdown` resolves, then shuts down in order.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+    for (what, path) in [("data", &config.data_dir), ("plugins", &config.plugins_dir)] {
+        std::fs::create_dir_all(path).map_err(|source| NodeError::Folder {
+            what,
+            path: path.clone(),
+            source,
+        })?;
+    }
+    let listen: SocketAddr = config
+        .listen
+        .parse()
+        .map_err(|_| NodeError::Listen(config.listen.clone()))?;
+    let files = tls_files(&config)?;
+    let incarnation = next_incarnation(&config.data_dir)?;
+    let runtime = Arc::new(Runtime::new(Some(&config.data_dir.join("cache")))?);
+    let timing = LeaseTiming { ttl: config.ttl };
+
+    // The endpoint serves Raft and renewals, so those exist (unattached) before it.
+    let renewals = Arc::new(Renewals::new());
+    let (control, service) = Control::open(
+        ControlOptions::new(config.data_dir.clone(), config.name.clone()),
+        renewals.clone(),
+    )
+    .await?;
+    let transport = TransportConfig {
+        listen,
+        ..TransportConfig::default()
+    };
+    let rpc = Arc::new(Rpc::bind(transport, files, incarnation, service).await?);
+    let bound = rpc.local_addr()?;
+    let advertise = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| advertised(bound).to_string());
+    control.attach(rpc.clone(), advertise.clone())?;
+
+    let shared = Arc::new(Shared::new(config.name.clone(), control, timing));
+    shared.set_rpc(rpc.clone());
+    let liveness = Arc::new(Liveness::default());
+    renewals.attach(shared.clone(), liveness.clone());
+    rpc.serve_operators(admin::adapter(shared.clone()));
+    let metrics_probe = Arc::new(probe::NodeProbe::new(shared.clone()));
+    let _metrics = probe::serve(config.metrics, metrics_probe.clone()).await?;
+
+    if config.join.is_empty() {
+        let mut members: BTreeMap<String, String> = config
+            .peers
+            .iter()
+            .map(|p| (p.name.clone(), p.addr.clone()))
+            .collect();
+        members.insert(config.name.clone(), advertise.clone());
+        shared.control.bootstrap(&members).await?;
+    } else {
+        let via: Vec<(String, String)> = config
+            .join
+            .iter()
+            .map(|p| (p.name.clone(), p.addr.clone()))
+            .collect();
+        shared.control.join(&via).await?;
+    }
+
+    tracing::info!(
+        event = events::NODE_STARTED,
+        node = %config.name,
+        listen = %bound,
+        advertise = %advertise,
+        data_dir = %config.data_dir.display(),
+        plugins_dir = %config.plugins_dir.display(),
+        pooling = runtime.pooling(),
+        ttl_ms = config.ttl.as_millis() as u64,
+        single_node = config.peers.is_empty() && config.join.is_empty(),
+        "node started",
+    );
+
+    let (stop_tx, stop) = watch::channel(false);
+    // The session opens once the member is recorded (an unknown node cannot open one).
+    let session = tokio::spawn({
+        let (shared, liveness, stop) = (shared.clone(), liveness.clone(), stop.clone());
+        let labels = config.labels.clone();
+        async move {
+            introduce(&shared, advertise, labels).await;
+            session::keep(shared, liveness, stop).await;
+        }
+    });
+    let leader = tokio::spawn(leader::lead(shared.clone(), liveness, stop.clone()));
+    let (adverts_tx, adverts_rx) = watch::channel(None);
+    let advertiser = tokio::spawn(advertise_loop(shared.clone(), adverts_rx));
+
+    let (changes_tx, mut changes) = mpsc::channel(64);
+    let watcher = tokio::spawn(catalog::watch(config.plugins_dir.clone(), changes_tx));
+    let grants = grants::ClusterGrants {
+        shared: shared.clone(),
+    };
+    let deps = Deps {
+        grants: Arc::new(grants.clone()),
+        state: Arc::new(grants),
+        deadline: shared.deadline(),
+    };
+    let mut owner = Owner::new(shared.clone(), deps);
+    let mut folder = Folder::new(runtime);
+    let mut plugins = folder.plugins();
+    let mut applied = shared.control.applied();
+    let mut deadline = shared.deadline();
+    let mut revoked: BTreeSet<String> = BTreeSet::new();
+
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = shutdown.as_mut() => break,
+            change = changes.recv() => match change {
+                Some(Change::InitialScanComplete) => {
+                    tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
+                }
+                Some(change) => {
+                    if folder.apply(change).await {
+                        plugins = folder.plugins();
+                        adverts_tx.send_replace(Some(folder.adverts()));
+                    }
+                }
+                None => break,
+            },
+            _ = applied.changed() => {}
+            _ = deadline.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        owner.reconcile(&plugins, true).await;
+        metrics_probe.set_running(owner.running());
+        let now_revoked = shared.read(|c| c.revoked.clone());
+        if now_revoked != revoked {
+            rpc.transport().set_revoked(now_revoked.clone());
+            revoked = now_revoked;
+        }
+    }
+
+    tracing::info!(event = events::NODE_STOPPING, node = %config.name, "shutting down: handing every slot over");
+    watcher.abort();
+    advertiser.abort();
+    let bound = folder.longest_stop() + SHUTDOWN_SLACK;
+    hand_over_all(&shared, &owner).await;
+    let drained = tokio::time::timeout(bound, async {
+        while !owner.idle() {
+            owner.reconcile(&plugins, false).await;
+            tokio::select! {
+                _ = applied.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::error!(
+            event = events::NODE_SHUTDOWN_OVERRUN,
+            bound_ms = bound.as_millis() as u64,
+            "some plugins did not stop within the shutdown bound; exiting anyway"
+        );
+    }
+    end_session(&shared).await;
+    stop_tx.send_replace(true);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = session.await;
+        let _ = leader.await;
+    })
+    .await;
+    shared.control.shutdown().await;
+    rpc.close().await;
+    tracing::info!(event = events::NODE_STOPPED, node = %config.name, "node stopped");
+    Ok(())
+}
+
+/// Withdraws this node's adverts and marks its slots releasing, in one command; stops
+/// the plugins locally if the cluster cannot commit it.
+async fn hand_over_all(shared: &Arc<Shared>, owner: &Owner) {
+    let Some(session) = shared.session() else {
+        owner.stop_all(CleanupReason::Shutdown);
+        return;
+    };
+    let at_ms = now_ms();
+    let mut commands = vec![Command::Advertise {
+        node: shared.me.clone(),
+        plugins: BTreeMap::new(),
+    }];
+    shared.read(|c| {
+        for (resource, slot, held) in c.slots_of(&shared.me) {
+            if held.session == session && held.releasing.is_none() {
+                commands.push(Command::BeginHandover {
+                    resource: resource.to_owned(),
+                    slot,
+                    token: held.token,
+                    reason: Handover::Shutdown,
+                    to: None,
+                    at_ms,
+                });
+            }
+        }
+    });
+    let committed =
+        tokio::time::timeout(SHUTDOWN_COMMIT, shared.propose(Command::Batch(commands))).await;
+    if !matches!(committed, Ok(Ok(_))) {
+        tracing::warn!(
+            event = events::CONTROL_ERROR,
+            "cannot commit the shutdown handover; stopping the plugins locally"
+        );
+        owner.stop_all(CleanupReason::Shutdown);
+    }
+}
+
+/// Ends the session cleanly, so the leader need not wait for it to expire.
+async fn end_session(shared: &Arc<Shared>) {
+    let Some(session) = shared.session() else {
+        return;
+    };
+    let command = Command::EndSession {
+        node: shared.me.clone(),
+        session,
+        expired: false,
+        at_ms: now_ms(),
+    };
+    let _ = tokio::time::timeout(SHUTDOWN_COMMIT, shared.propose(command)).await;
+}
+
+/// Records this node's address and labels in the cluster state (retried until done).
+async fn introduce(shared: &Shared, addr: String, labels: BTreeMap<String, String>) {
+    let command = Command::Join {
+        node: shared.me.clone(),
+        addr,
+        labels,
+    };
+    loop {
+        match shared.propose(command.clone()).await {
+            Ok(_) => return,
+            Err(error) => {
+                tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot record this member yet")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Proposes the latest adverts whenever they change, retrying failures.
+async fn advertise_loop(
+    shared: Arc<Shared>,
+    mut adverts: watch::Receiver<Option<BTreeMap<String, Advert>>>,
+) {
+    loop {
+        let Some(current) = adverts.borrow_and_update().clone() else {
+            if adverts.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let command = Command::Advertise {
+            node: shared.me.clone(),
+            plugins: current,
+        };
+        match shared.propose(command).await {
+            Ok(_) => {
+                if adverts.changed().await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot advertise the plugins yet");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// The address peers dial when none is configured: the bound address, with loopback
+/// in place of an unspecified IP.
+fn advertised(bound: SocketAddr) -> SocketAddr {
+    let mut addr = bound;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    addr
+}
+
+/// The node's certificate files: configured, or development certificates made in the
+/// data dir for the single-node default.
+fn tls_files(config: &Config) -> Result<TlsFiles, NodeError> {
+    if let Some(tls) = &config.tls {
+        return Ok(TlsFiles {
+            ca: tls.ca.clone(),
+            cert: tls.cert.clone(),
+            key: tls.key.clone(),
+        });
+    }
+    let dir = config.data_dir.join("certs");
+    let dev = crate::pki::ensure_dev_certs(&dir, &config.name)?;
+    if dev.created {
+        tracing::warn!(
+            event = events::DEV_CERTS,
+            dir = %dir.display(),
+            "no [tls] configured: made DEVELOPMENT certificates in {} (a local CA, a node certificate and an operator certificate for `tenure status` and friends); configure [tls] for a real cluster",
+            dir.display()
+        );
+    }
+    Ok(dev.node)
+}
+
+/// Returns this run's incarnation: one more than the last run's, recorded durably so
+/// that peers can tell a restarted node's envelopes from replays of old ones.
+fn next_incarnation(data_dir: &Path) -> Result<u64, NodeError> {
+    let path = data_dir.join("incarnation");
+    let error = |source| NodeError::Incarnation {
+        path: path.clone(),
+        source,
+    };
+    let last = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(error(e)),
+    };
+    // Never below the wall clock in microseconds: a lost file cannot bring an old
+    // incarnation back.
+    let next = (last + 1).max(now_ms() * 1000);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, next.to_string()).map_err(error)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(error)?;
+    std::fs::rename(&tmp, &path).map_err(error)?;
+    Ok(next)
+}

@@ -1,0 +1,241 @@
+//! The owner side: turns the slots the replicated state grants this node into running
+//! supervisors, and stops them when the state (or the lease) says so.
+//!
+//! Reconciliation runs whenever the local replica applies an entry, the lease deadline
+//! moves, the loaded plugins change, and once a second. For each slot granted to this
+//! node under its current session:
+//! - not running, not releasing, lease valid, plugin version present → start a
+//!   supervisor with the slot's token and term;
+//! - running and marked releasing → stop it with the handover's reason (it cleans up,
+//!   then releases; only then is a successor assigned);
+//! - releasing but nothing runs it → release it (retried at most once a second);
+//! - a supervisor already ended under this token → never restarted under it (a release
+//!   or give-up is on its way, or the lease was lost).
+//!
+//! A running supervisor whose slot is no longer this node's (the session expired or was
+//! replaced) is stopped with `lease-lost`. Independently of all that, each supervisor's
+//! stop future fires at `D − stop_grace` and the supervisor interrupts by D, so a node cut
+//! off from the cluster stops its plugins on its own clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::shared::{Shared, now_ms};
+use crate::cluster::{Command, Handover, Slot};
+use crate::events;
+use crate::ownership::{Grant, stop_at};
+use crate::runtime::CleanupReason;
+use crate::supervisor::{self, Deps, Loaded, SlotEnd};
+
+/// Loaded plugin versions, by (resource, digest).
+pub type Plugins = Arc<BTreeMap<(String, String), Arc<Loaded>>>;
+
+/// How often a release of a releasing slot nothing runs is retried.
+const RELEASE_RETRY: Duration = Duration::from_secs(1);
+
+/// The owner's view of its running slots.
+pub struct Owner {
+    shared: Arc<Shared>,
+    deps: Deps,
+    running: BTreeMap<(String, u32), Running>,
+    /// The last token of supervisors that ended, per slot.
+    ended: BTreeMap<(String, u32), u64>,
+    /// When a release was last proposed for a slot nothing runs.
+    releasing: BTreeMap<(String, u32), Instant>,
+    /// Slots whose plugin version is missing here, already reported.
+    reported: BTreeSet<(String, u32, u64)>,
+}
+
+struct Running {
+    stop: watch::Sender<Option<CleanupReason>>,
+    task: JoinHandle<(SlotEnd, u64)>,
+}
+
+impl Owner {
+    pub fn new(shared: Arc<Shared>, deps: Deps) -> Self {
+        Self {
+            shared,
+            deps,
+            running: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            releasing: BTreeMap::new(),
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// How many supervisors run (or ended since the last reconciliation).
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether any supervisor still runs.
+    pub fn idle(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Stops every supervisor with `reason`, without waiting for the control plane
+    /// (the fallback when handovers cannot be committed at shutdown).
+    pub fn stop_all(&self, reason: CleanupReason) {
+        for running in self.running.values() {
+            running
+                .stop
+                .send_if_modified(|r| r.is_none() && r.replace(reason).is_none());
+        }
+    }
+
+    /// One reconciliation pass; `start` is false while shutting down (nothing new starts).
+    pub async fn reconcile(&mut self, plugins: &Plugins, start: bool) {
+        self.reap().await;
+        let me = self.shared.me.clone();
+        let session = self.shared.session();
+        let valid = self.shared.lease_valid(Instant::now());
+        let mine: Vec<(String, u32, Slot)> = self.shared.read(|c| {
+            c.slots_of(&me)
+                .filter(|(_, _, s)| Some(s.session) == session)
+                .map(|(r, n, s)| (r.to_owned(), n, s.clone()))
+                .collect()
+        });
+        let keys: BTreeSet<(String, u32)> = mine.iter().map(|(r, n, _)| (r.clone(), *n)).collect();
+
+        for (resource, number, slot) in mine {
+            let key = (resource.clone(), number);
+            if let Some(running) = self.running.get(&key) {
+                if let Some(releasing) = &slot.releasing {
+                    let reason = cleanup_reason(releasing.reason);
+                    running
+                        .stop
+                        .send_if_modified(|r| r.is_none() && r.replace(reason).is_none());
+                }
+                continue;
+            }
+            if slot.releasing.is_some() {
+                self.release_unattended(&key, slot.token);
+                continue;
+            }
+            if self.ended.get(&key) == Some(&slot.token) || !start || !valid {
+                continue;
+            }
+            match plugins.get(&(resource.clone(), slot.digest.clone())) {
+                Some(loaded) => self.start(loaded.clone(), &key, &slot),
+                None => {
+                    if self.reported.insert((resource.clone(), number, slot.token)) {
+                        tracing::warn!(event = events::RESOURCE_PENDING, resource = %resource, slot = number, token = slot.token, digest = %slot.digest, "granted a plugin version this node does not have loaded; waiting for it or for a handover");
+                    }
+                }
+            }
+        }
+
+        for (key, running) in &self.running {
+            if !keys.contains(key) {
+                running.stop.send_if_modified(|r| {
+                    r.is_none() && r.replace(CleanupReason::LeaseLost).is_none()
+                });
+            }
+        }
+        self.ended.retain(|key, _| keys.contains(key));
+        self.releasing.retain(|key, _| keys.contains(key));
+    }
+
+    /// Collects supervisors that ended.
+    async fn reap(&mut self) {
+        let done: Vec<(String, u32)> = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.task.is_finished())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in done {
+            if let Some(running) = self.running.remove(&key)
+                && let Ok((_, token)) = running.task.await
+            {
+                self.ended.insert(key, token);
+            }
+        }
+    }
+
+    fn start(&mut self, loaded: Arc<Loaded>, key: &(String, u32), slot: &Slot) {
+        let grant = Grant {
+            resource: key.0.clone(),
+            slot: key.1,
+            node: self.shared.me.clone(),
+            token: slot.token,
+            term: slot.term,
+        };
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let grace = loaded.entry.manifest.limits.stop_grace;
+        let stop = stop_signal(stop_rx, self.shared.deadline(), grace);
+        let task = tokio::spawn(supervisor::run(loaded, grant, self.deps.clone(), stop));
+        self.running.insert(
+            key.clone(),
+            Running {
+                stop: stop_tx,
+                task,
+            },
+        );
+    }
+
+    /// Releases a slot marked releasing that no supervisor runs here.
+    fn release_unattended(&mut self, key: &(String, u32), token: u64) {
+        if self
+            .releasing
+            .get(key)
+            .is_some_and(|at| at.elapsed() < RELEASE_RETRY)
+        {
+            return;
+        }
+        self.releasing.insert(key.clone(), Instant::now());
+        let shared = self.shared.clone();
+        let command = Command::Release {
+            resource: key.0.clone(),
+            slot: key.1,
+            token,
+            at_ms: now_ms(),
+        };
+        tokio::spawn(async move {
+            if let Err(error) = shared.propose(command).await {
+                tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot release a slot yet");
+            }
+        });
+    }
+}
+
+/// The cleanup reason a plugin is told for a handover.
+pub fn cleanup_reason(handover: Handover) -> CleanupReason {
+    match handover {
+        Handover::Moved | Handover::Drained | Handover::Rebalanced => CleanupReason::Moved,
+        Handover::PluginUpdated => CleanupReason::PluginUpdated,
+        Handover::PluginRemoved => CleanupReason::PluginRemoved,
+        Handover::Released => CleanupReason::Released,
+        Handover::Shutdown => CleanupReason::Shutdown,
+    }
+}
+
+/// Resolves with the reason sent on `stop`, or with `lease-lost` at `D − grace`.
+async fn stop_signal(
+    mut stop: watch::Receiver<Option<CleanupReason>>,
+    mut deadline: watch::Receiver<Option<Instant>>,
+    grace: Duration,
+) -> CleanupReason {
+    loop {
+        let at = (*deadline.borrow_and_update()).map(|d| stop_at(d, grace));
+        let lease_end = async {
+            match at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reason = stop.wait_for(Option::is_some) => {
+                return reason.ok().and_then(|r| *r).unwrap_or(CleanupReason::Shutdown);
+            }
+            _ = lease_end => return CleanupReason::LeaseLost,
+            changed = deadline.changed() => if changed.is_err() {
+                return CleanupReason::LeaseLost;
+            },
+        }
+    }
+}

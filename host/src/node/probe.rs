@@ -1,0 +1,115 @@
+//! What the metrics endpoint reads from a node ([`crate::metrics::Probe`]).
+//!
+//! Everything is read fresh on each scrape from what the node already keeps: the RPC
+//! endpoint's counters, Raft's metrics, the local replica of the cluster state and the
+//! lease. The one value the node pushes is the number of running supervisors, which only
+//! the owner loop knows; it is stored after each reconciliation (at least once a second).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use super::NodeError;
+use super::session::RENEW;
+use super::shared::Shared;
+use crate::events;
+use crate::metrics::{MetricsServer, Probe, Sample};
+use crate::raft::{APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
+
+pub struct NodeProbe {
+    shared: Arc<Shared>,
+    running: AtomicUsize,
+}
+
+impl NodeProbe {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            running: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records how many supervisors run, after a reconciliation.
+    pub fn set_running(&self, running: usize) {
+        self.running.store(running, Ordering::Relaxed);
+    }
+}
+
+/// The name of a message kind, for the `name` label.
+fn kind_name(kind: u16) -> &'static str {
+    match kind {
+        APPEND_ENTRIES => "append_entries",
+        VOTE => "vote",
+        INSTALL_SNAPSHOT => "install_snapshot",
+        PROPOSE => "propose",
+        JOIN => "join",
+        RENEW => "renew",
+        _ => "other",
+    }
+}
+
+impl Probe for NodeProbe {
+    fn sample(&self) -> Sample {
+        let shared = &self.shared;
+        let rpc = shared.rpc();
+        let control = &shared.control;
+        let members = control.members();
+        let me = shared.me.as_str();
+        let session = shared.session();
+        let deadline = *shared.deadline().borrow();
+        let mut sample = Sample {
+            node: shared.me.clone(),
+            rpc: rpc
+                .counts()
+                .into_iter()
+                .map(|c| (c, kind_name(c.kind)))
+                .collect(),
+            rejections: rpc.rejections().to_vec(),
+            transport: rpc.transport().stats(),
+            term: control.term(),
+            leader: control.leader().map(|(name, _)| name),
+            is_leader: control.is_leader(),
+            applied: *control.applied().borrow(),
+            voters: members.voters.len(),
+            learners: members.learners.len(),
+            plugins_running: self.running.load(Ordering::Relaxed),
+            session,
+            lease_remaining: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            ..Sample::default()
+        };
+        shared.read(|c| {
+            sample.members = c.members.len();
+            sample.sessions = c.members.values().filter(|m| m.session.is_some()).count();
+            let advertised: std::collections::BTreeSet<&String> =
+                c.members.values().flat_map(|m| m.plugins.keys()).collect();
+            sample.resources = advertised.len();
+            sample.slots_assigned = c.slots().count();
+            sample.slots_owned = c
+                .slots_of(me)
+                .filter(|(_, _, s)| Some(s.session) == session)
+                .count();
+        });
+        sample
+    }
+}
+
+/// Starts the metrics endpoint on `addr`, if one is configured, and logs
+/// `metrics.listening` with the bound address. Keep the server: dropping it stops it.
+pub async fn serve(
+    addr: Option<std::net::SocketAddr>,
+    probe: Arc<NodeProbe>,
+) -> Result<Option<MetricsServer>, NodeError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let server = MetricsServer::bind(addr, probe)
+        .await
+        .map_err(|source| NodeError::Metrics { addr, source })?;
+    tracing::info!(
+        event = events::METRICS_LISTENING,
+        addr = %server.local_addr(),
+        "metrics on http://{}/metrics (also /healthz, /readyz)",
+        server.local_addr()
+    );
+    Ok(Some(server))
+}

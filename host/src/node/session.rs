@@ -1,0 +1,216 @@
+//! The node's session: open it, renew it every T/4 with the leader, and keep the lease
+//! deadline (DESIGN.md, "Sessions and leases").
+//!
+//! - A renewal is sent to the current leader with the session id; the send time is
+//!   taken before sending. Only an acknowledgement moves the deadline, to
+//!   `send time + T − m` ([`Lease::acked`](crate::ownership::Lease::acked)).
+//! - The leader answers only after a quorum round that began after the renewal arrived
+//!   ([`answer`]), so a deposed or partitioned leader cannot acknowledge.
+//! - When the deadline passes, or the leader says the session is unknown (expired),
+//!   the node has lost its lease: its plugins were stopped by the deadline (the owner
+//!   reconciliation and the supervisors see to that). It waits until the deadline has
+//!   passed, then opens a new session, which vacates any slot still bound to the old
+//!   one; new grants come with new tokens.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::leader::Liveness;
+use super::shared::{Shared, now_ms};
+use crate::cluster::{Command, Response};
+use crate::events;
+
+/// The message kind of a renewal (see `crate::raft` for the numbering).
+pub const RENEW: u16 = 20;
+
+/// A renewal: the session being renewed. The node is the authenticated caller.
+#[derive(Serialize, Deserialize)]
+pub struct Renew {
+    pub session: u64,
+}
+
+/// The leader's answer.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Renewed {
+    /// Acknowledged after a quorum round that began after the renewal arrived.
+    Ok,
+    /// The session is not the node's current one: it expired or was replaced.
+    UnknownSession,
+}
+
+/// Keeps the node's session alive until `stop` is set.
+pub async fn keep(
+    shared: Arc<Shared>,
+    liveness: Arc<Liveness>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let every = shared.timing.renew_every();
+    loop {
+        // A new session only once the previous deadline has passed: until then the old
+        // session's plugins may still be stopping.
+        if let Some(deadline) = shared.with_lease(|l| l.deadline()) {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+        let session = tokio::select! {
+            session = open(&shared, every) => session,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        shared.with_lease(|l| l.opened(session));
+        tracing::info!(event = events::SESSION_OPENED, node = %shared.me, session, "session opened");
+
+        loop {
+            let sent = Instant::now();
+            let answer = tokio::time::timeout(every, renew(&shared, &liveness, session)).await;
+            match answer {
+                Ok(Ok(Renewed::Ok)) => {
+                    shared.with_lease(|l| l.acked(session, sent));
+                }
+                Ok(Ok(Renewed::UnknownSession)) => {
+                    lost(&shared, session, "the leader no longer knows the session");
+                    break;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal failed");
+                }
+                Err(_) => tracing::debug!(event = events::CONTROL_ERROR, "renewal timed out"),
+            }
+            let expired = shared.with_lease(|l| l.deadline().is_some_and(|d| Instant::now() >= d));
+            if expired {
+                lost(
+                    &shared,
+                    session,
+                    "the lease deadline passed without a renewal",
+                );
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until((sent + every).into()) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+fn lost(shared: &Shared, session: u64, why: &str) {
+    shared.with_lease(|l| l.ended());
+    tracing::warn!(event = events::LEASE_LOST, node = %shared.me, session, reason = why, "lease lost: {why}");
+}
+
+/// Opens a session, retrying until it is committed.
+async fn open(shared: &Shared, every: Duration) -> u64 {
+    loop {
+        let command = Command::OpenSession {
+            node: shared.me.clone(),
+            at_ms: now_ms(),
+        };
+        match shared.propose(command).await {
+            Ok(Response::Session(id)) => return id,
+            Ok(other) => {
+                tracing::warn!(event = events::CONTROL_ERROR, answer = ?other, "cannot open a session")
+            }
+            Err(error) => {
+                tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot open a session yet")
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Sends one renewal to the leader (or answers it here, on the leader).
+async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
+    let (leader, addr) = shared
+        .control
+        .leader()
+        .ok_or_else(|| "no leader known".to_owned())?;
+    if leader == shared.me {
+        return answer(shared, liveness, &shared.me, session).await;
+    }
+    let addr = tokio::net::lookup_host(&addr)
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr}: no address"))?;
+    let payload = postcard::to_allocvec(&Renew { session }).map_err(|e| e.to_string())?;
+    let reply = shared
+        .rpc()
+        .call(&leader, addr, RENEW, payload)
+        .await
+        .map_err(|e| e.to_string())?;
+    postcard::from_bytes(&reply).map_err(|e| format!("bad renewal answer: {e}"))
+}
+
+/// The leader's side of a renewal from `node`.
+pub async fn answer(
+    shared: &Shared,
+    liveness: &Liveness,
+    node: &str,
+    session: u64,
+) -> Result<Renewed, String> {
+    if !shared.control.is_leader() {
+        return Err("not the leader".into());
+    }
+    let current = shared.read(|c| {
+        c.members
+            .get(node)
+            .and_then(|m| m.session.as_ref())
+            .map(|s| s.id)
+    });
+    if current != Some(session) {
+        return Ok(Renewed::UnknownSession);
+    }
+    let received = Instant::now();
+    let term = shared.control.term();
+    shared
+        .control
+        .ensure_leadership()
+        .await
+        .map_err(|e| e.to_string())?;
+    liveness.renewed(term, node, session, received);
+    Ok(Renewed::Ok)
+}
+
+/// The node's own signed-call kinds (renewals), served beside Raft's.
+pub struct Renewals {
+    node: std::sync::OnceLock<(Arc<Shared>, Arc<Liveness>)>,
+}
+
+impl Renewals {
+    pub fn new() -> Self {
+        Self {
+            node: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Connects the service to the node once it exists; calls before that are refused.
+    pub fn attach(&self, shared: Arc<Shared>, liveness: Arc<Liveness>) {
+        let _ = self.node.set((shared, liveness));
+    }
+}
+
+impl crate::rpc::Service for Renewals {
+    fn call(
+        &self,
+        from: &crate::transport::PeerInfo,
+        kind: u16,
+        payload: Vec<u8>,
+    ) -> crate::runtime::BoxFuture<Result<Vec<u8>, String>> {
+        let node = self.node.get().cloned();
+        let caller = from.identity.name.clone();
+        Box::pin(async move {
+            let (shared, liveness) = node.ok_or_else(|| "the node is starting".to_owned())?;
+            if kind != RENEW {
+                return Err(format!("unknown message kind {kind}"));
+            }
+            let renew: Renew =
+                postcard::from_bytes(&payload).map_err(|e| format!("bad renewal: {e}"))?;
+            // The caller is authenticated: a node renews only its own session.
+            let answer = answer(&shared, &liveness, &caller, renew.session).await?;
+            postcard::to_allocvec(&answer).map_err(|e| e.to_string())
+        })
+    }
+}

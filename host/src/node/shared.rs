@@ -1,0 +1,99 @@
+//! What the node's tasks share: its name, the control-plane handle and its lease.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use crate::cluster::{Cluster, Command, Response};
+use crate::ownership::{Lease, LeaseTiming};
+use crate::raft::Control;
+use crate::rpc::Rpc;
+
+pub struct Shared {
+    pub me: String,
+    pub control: Control,
+    pub timing: LeaseTiming,
+    lease: Mutex<Lease>,
+    /// D, published for supervisors (their stop grace never runs past it).
+    deadline: watch::Sender<Option<Instant>>,
+    /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
+    /// it is created after them).
+    rpc: OnceLock<Arc<Rpc>>,
+}
+
+impl Shared {
+    pub fn new(me: String, control: Control, timing: LeaseTiming) -> Self {
+        Self {
+            me,
+            control,
+            timing,
+            lease: Mutex::new(Lease::new(timing)),
+            deadline: watch::Sender::new(None),
+            rpc: OnceLock::new(),
+        }
+    }
+
+    pub fn set_rpc(&self, rpc: Arc<Rpc>) {
+        let _ = self.rpc.set(rpc);
+    }
+
+    /// The signed-call endpoint. Tasks that call peers start after it is set.
+    pub fn rpc(&self) -> &Arc<Rpc> {
+        self.rpc
+            .get()
+            .expect("the node binds its endpoint before starting its tasks")
+    }
+
+    /// Proposes a command through the leader and waits until it is applied here.
+    pub async fn propose(&self, command: Command) -> Result<Response, String> {
+        self.control
+            .propose(command)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reads the local replica of the cluster state.
+    pub fn read<T>(&self, f: impl FnOnce(&Cluster) -> T) -> T {
+        let state = self.control.state();
+        let cluster = state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&cluster)
+    }
+
+    /// Changes the lease and publishes its deadline.
+    pub fn with_lease<T>(&self, f: impl FnOnce(&mut Lease) -> T) -> T {
+        let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut lease);
+        let deadline = lease.deadline();
+        self.deadline.send_if_modified(|current| {
+            let changed = *current != deadline;
+            *current = deadline;
+            changed
+        });
+        out
+    }
+
+    /// The current session, if the node has one.
+    pub fn session(&self) -> Option<u64> {
+        self.with_lease(|lease| lease.session())
+    }
+
+    /// Whether the node may act at `now`: a current session and before its deadline.
+    pub fn lease_valid(&self, now: Instant) -> bool {
+        self.with_lease(|lease| lease.session().is_some_and(|s| lease.valid_for(s, now)))
+    }
+
+    pub fn deadline(&self) -> watch::Receiver<Option<Instant>> {
+        self.deadline.subscribe()
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch, for the `at_ms` of commands (display
+/// and minimum-term checks only; safety never depends on it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,428 @@
+//! Checks over many states: random clusters converge to a fixed point whose every slot
+//! is where the rules allow; plans are deterministic; a 10,000-resource cluster plans
+//! correctly (and the time it takes is printed).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use proptest::prelude::*;
+
+use super::scenario::Sim;
+use super::{Options, plan, winning};
+use crate::cluster::{Advert, Cluster, Command, Response};
+
+/// One random node: zone (0 or 1), draining, live.
+type NodeSpec = (u8, bool, bool);
+/// One random resource: tickets, requires zone a, per node: advertised version (0..2).
+type ResourceSpec = (u32, bool, Vec<Option<u8>>);
+
+fn nodes() -> impl Strategy<Value = Vec<NodeSpec>> {
+    prop::collection::vec(
+        (
+            0..2u8,
+            prop::bool::weighted(0.15),
+            prop::bool::weighted(0.85),
+        ),
+        1..6,
+    )
+}
+
+fn resources() -> impl Strategy<Value = Vec<ResourceSpec>> {
+    let adverts = prop::collection::vec(prop::option::weighted(0.8, 0..2u8), 6);
+    prop::collection::vec((1..4u32, prop::bool::weighted(0.3), adverts), 1..10)
+}
+
+/// Events between convergences: (kind, node, resource).
+fn events() -> impl Strategy<Value = Vec<(u8, usize, usize)>> {
+    prop::collection::vec((0..6u8, 0..6usize, 0..10usize), 0..6)
+}
+
+/// The script that sets up the random cluster.
+fn setup(nodes: &[NodeSpec], resources: &[ResourceSpec]) -> String {
+    let mut script = String::new();
+    for (i, (zone, draining, live)) in nodes.iter().enumerate() {
+        let zone = ["a", "b"][*zone as usize];
+        let draining = if *draining { " draining" } else { "" };
+        let down = if *live { "" } else { " down" };
+        let _ = writeln!(script, "node n{i} zone={zone}{draining}{down}");
+    }
+    for (r, (tickets, require, adverts)) in resources.iter().enumerate() {
+        let require = if *require { " require=zone=a" } else { "" };
+        for version in 0..2u8 {
+            let on: Vec<String> = (0..nodes.len())
+                .filter(|&i| adverts[i] == Some(version))
+                .map(|i| format!("n{i}"))
+                .collect();
+            if !on.is_empty() {
+                let _ = writeln!(
+                    script,
+                    "plugin r{r} on {} version=1.{version}.0 tickets={tickets}{require}",
+                    on.join(" ")
+                );
+            }
+        }
+    }
+    script
+}
+
+/// A script line for a random event that is valid in the current state, if any.
+fn event(sim: &Sim, (kind, node, resource): (u8, usize, usize)) -> Option<String> {
+    let name = format!("n{}", node % sim.cluster.members.len().max(1));
+    let member = sim.cluster.members.get(&name)?;
+    let live = member.session.is_some();
+    let line = match kind {
+        0 if live => format!("kill {name}"),
+        0 | 1 => format!("start {name}"),
+        2 => format!(
+            "{} {name}",
+            if member.draining { "undrain" } else { "drain" }
+        ),
+        3 => format!("plugin r{resource} on {name} version=2.0.0"),
+        4 if member.plugins.contains_key(&format!("r{resource}")) => {
+            format!("unplug r{resource} from {name}")
+        }
+        _ => format!("giveup-any r{resource}"),
+    };
+    if let Some(resource) = line.strip_prefix("giveup-any ") {
+        let (n, _) = sim.cluster.resources.get(resource)?.iter().next()?;
+        let until = sim.now_ms + 30_000;
+        return Some(format!("giveup {resource}/{n} until={until}"));
+    }
+    Some(line)
+}
+
+/// Whether `node` may take a slot of `resource` that it does not hold.
+fn eligible(cluster: &Cluster, now_ms: u64, resource: &str, advert: &Advert, node: &str) -> bool {
+    let member = &cluster.members[node];
+    let has = member.plugins.get(resource);
+    member.session.is_some()
+        && !member.draining
+        && has.is_some_and(|a| a.version == advert.version && a.digest == advert.digest)
+        && advert
+            .require
+            .iter()
+            .all(|(k, v)| member.labels.get(k) == Some(v))
+        && cluster
+            .cooldown
+            .get(resource)
+            .and_then(|c| c.get(node))
+            .is_none_or(|&until| until <= now_ms)
+        && !cluster
+            .resources
+            .get(resource)
+            .is_some_and(|s| s.values().any(|s| s.owner == node))
+}
+
+/// What must hold when a plan is empty.
+fn check_fixed_point(sim: &Sim) {
+    let (cluster, now) = (&sim.cluster, sim.now_ms);
+    let winners = winning(cluster);
+    for (resource, n, slot) in cluster.slots() {
+        let owner = &cluster.members[&slot.owner];
+        assert!(slot.releasing.is_none());
+        assert!(owner.session.is_some() && !owner.draining, "{resource}/{n}");
+        let win = &winners[resource].advert;
+        assert!(n < win.tickets, "{resource}/{n}");
+        assert!(owner.plugins.contains_key(resource), "{resource}/{n}");
+        let current = owner
+            .plugins
+            .get(resource)
+            .is_some_and(|a| (&a.version, &a.digest) == (&win.version, &win.digest))
+            && (&slot.version, &slot.digest) == (&win.version, &win.digest)
+            && win
+                .require
+                .iter()
+                .all(|(k, v)| owner.labels.get(k) == Some(v));
+        if !current {
+            // Blue/green: an outdated slot stays only while nothing can run the winner.
+            let any = cluster
+                .members
+                .keys()
+                .any(|m| eligible(cluster, now, resource, win, m));
+            assert!(!any, "{resource}/{n} is outdated though a successor exists");
+        }
+    }
+    let pending: BTreeMap<(&str, u32), &str> = sim
+        .plan
+        .pending
+        .iter()
+        .map(|p| ((p.resource.as_str(), p.slot), p.reason.as_str()))
+        .collect();
+    for (resource, winner) in &winners {
+        for n in 0..winner.advert.tickets {
+            if cluster.slot(resource, n).is_none() {
+                assert!(
+                    pending.contains_key(&(resource.as_str(), n)),
+                    "{resource}/{n}"
+                );
+                let any = cluster
+                    .members
+                    .keys()
+                    .any(|m| eligible(cluster, now, resource, &winner.advert, m));
+                assert!(!any, "{resource}/{n} is pending though a node is eligible");
+            }
+        }
+    }
+}
+
+/// Load spread among live, non-draining nodes.
+fn spread(cluster: &Cluster) -> usize {
+    let loads: Vec<usize> = cluster
+        .members
+        .iter()
+        .filter(|(_, m)| m.session.is_some() && !m.draining)
+        .map(|(name, _)| cluster.slots_of(name).count())
+        .collect();
+    loads.iter().max().unwrap_or(&0) - loads.iter().min().unwrap_or(&0)
+}
+
+// 256 cases by default; PROPTEST_CASES=5000 for a longer search.
+proptest! {
+    /// Any cluster converges; every plan applies cleanly (the simulation refuses a
+    /// command `apply` does not accept); the fixed point obeys the rules, also after
+    /// nodes die, start, drain and plugins change.
+    #[test]
+    fn random_clusters_converge_to_valid_fixed_points(
+        nodes in nodes(),
+        resources in resources(),
+        events in events(),
+        max_moves in 0..4usize,
+    ) {
+        let mut sim = Sim::default();
+        sim.run(&format!("options max_moves={max_moves}\n{}", setup(&nodes, &resources)));
+        sim.run("converge within=100 step=11000");
+        check_fixed_point(&sim);
+        for e in events {
+            if let Some(line) = event(&sim, e) {
+                sim.run(&line);
+            }
+        }
+        sim.run("converge within=100 step=11000");
+        check_fixed_point(&sim);
+    }
+
+    /// When every node can run everything, the fixed point is balanced.
+    #[test]
+    fn homogeneous_clusters_balance(
+        node_count in 1..6usize,
+        tickets in prop::collection::vec(1..4u32, 1..12),
+        late in 0..3usize,
+    ) {
+        let mut sim = Sim::default();
+        let names = |range: std::ops::Range<usize>| {
+            range.map(|i| format!("n{i}")).collect::<Vec<_>>().join(" ")
+        };
+        let early = node_count.saturating_sub(late).max(1);
+        let mut script = String::new();
+        for i in 0..early {
+            let _ = writeln!(script, "node n{i}");
+        }
+        for (r, t) in tickets.iter().enumerate() {
+            let _ = writeln!(script, "plugin r{r} on {} tickets={t}", names(0..early));
+        }
+        script.push_str("converge within=100 step=11000\n");
+        for i in early..node_count {
+            let _ = writeln!(script, "node n{i}");
+        }
+        for (r, t) in tickets.iter().enumerate() {
+            if early < node_count {
+                let _ = writeln!(script, "plugin r{r} on {} tickets={t}", names(early..node_count));
+            }
+        }
+        script.push_str("converge within=100 step=11000\n");
+        sim.run(&script);
+        check_fixed_point(&sim);
+        prop_assert!(spread(&sim.cluster) <= 1, "spread {}", spread(&sim.cluster));
+    }
+}
+
+#[test]
+fn the_same_state_gives_the_same_plan() {
+    let mut sim = Sim::default();
+    sim.run(
+        "
+        node a zone=a
+        node b zone=b
+        node c zone=a
+        plugin p on a b c tickets=2
+        plugin q on a b c version=2.0.0 require=zone=a
+        plugin r on a b
+        grant r/0 b since=0
+        plugin r on a b c version=1.1.0
+        time 30000
+        ",
+    );
+    let first = plan(&sim.cluster, sim.now_ms, &sim.options);
+    assert!(!first.is_empty());
+    assert_eq!(first, plan(&sim.cluster, sim.now_ms, &sim.options));
+    // A state that went through serialization (as a follower's or a new leader's copy
+    // does) plans the same.
+    let bytes = postcard::to_allocvec(&sim.cluster).expect("serializes");
+    let copy: Cluster = postcard::from_bytes(&bytes).expect("deserializes");
+    assert_eq!(first, plan(&copy, sim.now_ms, &sim.options));
+}
+
+/// Applies `command` at the next index; it must be accepted.
+fn apply(cluster: &mut Cluster, index: &mut u64, command: Command) -> Response {
+    *index += 1;
+    let response = cluster.apply(*index, 1, command);
+    assert!(
+        matches!(
+            response,
+            Response::Done | Response::Granted { .. } | Response::Session(_)
+        ),
+        "{response:?}"
+    );
+    response
+}
+
+/// Plans `repeat` times; returns the plan and the median time in ms.
+fn timed(cluster: &Cluster, now_ms: u64, options: &Options) -> (super::Plan, f64) {
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..5 {
+        let start = Instant::now();
+        last = Some(plan(cluster, now_ms, options));
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    (last.unwrap_or_default(), times[times.len() / 2])
+}
+
+fn loads(cluster: &Cluster) -> Vec<usize> {
+    cluster
+        .members
+        .keys()
+        .map(|name| cluster.slots_of(name).count())
+        .collect()
+}
+
+/// 10,000 resources on 5 nodes: placed evenly, steady when placed, reassigned after a
+/// node loss, rebalanced within the bound after it returns. Prints the plan times (run
+/// with `--release --nocapture`); asserts nothing about them.
+#[test]
+fn ten_thousand_resources_on_five_nodes() {
+    const RESOURCES: usize = 10_000;
+    let names = ["n1", "n2", "n3", "n4", "n5"];
+    let (mut cluster, mut index) = (Cluster::default(), 0);
+    let advert = Advert {
+        plugin: "p".into(),
+        version: semver::Version::new(1, 0, 0),
+        digest: "sha256:d".into(),
+        tickets: 1,
+        require: BTreeMap::new(),
+    };
+    let plugins: BTreeMap<String, Advert> = (0..RESOURCES)
+        .map(|r| (format!("r{r:05}"), advert.clone()))
+        .collect();
+    for node in names {
+        apply(
+            &mut cluster,
+            &mut index,
+            Command::Join {
+                node: node.into(),
+                addr: format!("{node}:7400"),
+                labels: BTreeMap::new(),
+            },
+        );
+        apply(
+            &mut cluster,
+            &mut index,
+            Command::OpenSession {
+                node: node.into(),
+                at_ms: 0,
+            },
+        );
+        apply(
+            &mut cluster,
+            &mut index,
+            Command::Advertise {
+                node: node.into(),
+                plugins: plugins.clone(),
+            },
+        );
+    }
+    let options = Options::default();
+    let mut now = 0;
+    let run = |cluster: &mut Cluster, index: &mut u64, plan: &super::Plan| {
+        for command in plan.commands.clone() {
+            apply(cluster, index, command);
+        }
+    };
+
+    let (initial, t_initial) = timed(&cluster, now, &options);
+    assert_eq!(initial.commands.len(), RESOURCES);
+    assert!(initial.pending.is_empty());
+    run(&mut cluster, &mut index, &initial);
+    assert_eq!(loads(&cluster), [2_000; 5]);
+
+    let (steady, t_steady) = timed(&cluster, now, &options);
+    assert!(steady.is_empty() && steady.pending.is_empty());
+
+    now += 20_000;
+    let session = cluster.members["n5"]
+        .session
+        .as_ref()
+        .map(|s| s.id)
+        .unwrap_or(0);
+    apply(
+        &mut cluster,
+        &mut index,
+        Command::EndSession {
+            node: "n5".into(),
+            session,
+            expired: true,
+            at_ms: now,
+        },
+    );
+    let (lost, t_lost) = timed(&cluster, now, &options);
+    assert_eq!(lost.commands.len(), 2_000);
+    run(&mut cluster, &mut index, &lost);
+    assert_eq!(loads(&cluster), [2_500, 2_500, 2_500, 2_500, 0]);
+
+    now += 20_000;
+    apply(
+        &mut cluster,
+        &mut index,
+        Command::OpenSession {
+            node: "n5".into(),
+            at_ms: now,
+        },
+    );
+    let (joined, t_joined) = timed(&cluster, now, &options);
+    // The automatic bound: a tenth of the 10,000 granted slots.
+    assert_eq!(joined.commands.len(), 1_000);
+    let mut rounds = 0;
+    let mut plan_now = joined;
+    while !plan_now.is_empty() {
+        rounds += 1;
+        assert!(rounds < 10, "no fixed point");
+        run(&mut cluster, &mut index, &plan_now);
+        let releasing: Vec<(String, u32, u64)> = cluster
+            .slots()
+            .filter(|(_, _, s)| s.releasing.is_some())
+            .map(|(r, n, s)| (r.to_owned(), n, s.token))
+            .collect();
+        for (resource, slot, token) in releasing {
+            apply(
+                &mut cluster,
+                &mut index,
+                Command::Release {
+                    resource,
+                    slot,
+                    token,
+                    at_ms: now,
+                },
+            );
+        }
+        now += 11_000;
+        plan_now = plan(&cluster, now, &options);
+    }
+    assert_eq!(loads(&cluster), [2_000; 5]);
+    eprintln!(
+        "plan, 10,000 resources x 5 nodes (median of 5): initial {t_initial:.1} ms, steady \
+         {t_steady:.1} ms, after a node loss {t_lost:.1} ms, after it returns {t_joined:.1} \
+         ms; rebalanced in {rounds} rounds"
+    );
+}

@@ -1,0 +1,518 @@
+//! Placement scenarios (see `scenario.rs` for the language), and checks over many states.
+
+use super::scenario::run;
+
+#[test]
+fn tickets_spread_over_distinct_nodes() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b c tickets=2
+        plan
+        expect assign r/0 a
+        expect assign r/1 b
+        apply
+        expect owners r a b
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn fewest_slots_then_oldest_session() {
+    run("
+        node b      # b's session is the oldest
+        node a
+        node c
+        plugin q on a b c
+        plugin r on a b c
+        plugin s on a b c
+        plugin t on a b c
+        grant q/0 c
+        plan
+        expect assign r/0 b   # a and b hold nothing; b is older
+        expect assign s/0 a   # a holds nothing
+        expect assign t/0 b   # all hold one; b is the oldest
+        apply
+        expect load a=1 b=2 c=1
+    ");
+}
+
+#[test]
+fn a_node_holds_one_slot_of_a_resource_and_the_rest_is_pending() {
+    run("
+        node a
+        node b
+        plugin r on a b tickets=3
+        plan
+        expect assign r/0 a
+        expect assign r/1 b
+        expect pending r/2 \"no eligible node for r 1.0.0\" \"every eligible node already holds a slot of r (a has r/0, b has r/1): 3 tickets, 2 eligible nodes\"
+        apply
+        plan
+        expect pending r/2 \"every eligible node already holds\"
+        node c
+        plugin r on c tickets=3
+        plan
+        expect assign r/2 c
+    ");
+}
+
+#[test]
+fn required_labels() {
+    run("
+        node a zone=a
+        node b zone=b
+        node c zone=a draining
+        node d
+        plugin r on a b c d tickets=2 require=zone=a
+        plan
+        expect assign r/0 a
+        expect pending r/1 \"no eligible node for r 1.0.0 (sha256:1.0.0): a has r/0 (a node holds one slot of a resource); c is draining; b, d lack labels zone=a\"
+    ");
+}
+
+#[test]
+fn draining_moves_slots_away_and_takes_none() {
+    run("
+        node a
+        node b
+        plugin r on a b
+        plugin s on a b
+        grant r/0 a
+        grant s/0 a
+        drain a
+        plan
+        expect handover r/0 drained
+        expect handover s/0 drained
+        apply
+        plan
+        expect nothing   # they are being handed over
+        release all
+        plan
+        expect assign r/0 b
+        expect assign s/0 b
+        apply
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn draining_the_only_node_still_stops_its_slots() {
+    run("
+        node a
+        plugin r on a
+        grant r/0 a
+        drain a
+        plan
+        expect handover r/0 drained
+        apply
+        release all
+        plan
+        expect pending r/0 \"a is draining\"
+        undrain a
+        plan
+        expect assign r/0 a
+    ");
+}
+
+#[test]
+fn an_ineligible_move_target_is_passed_over() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b c
+        plugin s on a b c
+        grant r/0 a
+        grant s/0 a
+        handover r/0 moved to=c
+        handover s/0 moved to=c
+        release r/0
+        drain c
+        release s/0
+        plan
+        expect assign r/0 a   # c is draining: fewest slots, oldest session
+        expect assign s/0 b
+    ");
+}
+
+#[test]
+fn an_operator_move_lands_on_its_target() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b c
+        grant r/0 a
+        handover r/0 moved to=c
+        plan
+        expect nothing
+        release r/0
+        plan
+        expect assign r/0 c   # a (oldest, now empty) would win without the target
+    ");
+}
+
+#[test]
+fn a_new_version_rolls_out_where_it_can_run() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b c version=1.0.0
+        grant r/0 a
+        plugin r on c version=1.1.0
+        plan
+        expect handover r/0 plugin-updated
+        apply
+        release all
+        plan
+        expect assign r/0 c
+        apply
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn an_old_version_keeps_running_while_nothing_can_run_the_new_one() {
+    run("
+        node a
+        node b zone=a draining
+        node c zone=b
+        plugin r on a version=1.0.0 require=zone=a
+        node d zone=a
+        plugin r on d version=1.0.0 require=zone=a
+        grant r/0 d
+        plugin r on b c version=2.0.0 require=zone=a
+        plan
+        expect nothing   # b is draining, c lacks zone=a: d keeps running 1.0.0
+        undrain b
+        plan
+        expect handover r/0 plugin-updated
+    ");
+}
+
+#[test]
+fn old_version_nodes_are_no_longer_eligible() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b version=1.0.0 tickets=2
+        plugin r on c version=1.2.0 tickets=2 digest=sha256:0123456789abcdef
+        plan
+        expect assign r/0 c
+        expect pending r/1 \"no eligible node for r 1.2.0 (sha256:0123456789ab…)\" \"a has 1.0.0 (sha256:1.0.0), not the winning build\" \"b has 1.0.0\"
+    ");
+}
+
+#[test]
+fn updates_roll_one_slot_at_a_time() {
+    run("
+        node a
+        node b
+        node c
+        node d
+        plugin r on a b c d version=1.0.0 tickets=2
+        round
+        expect owners r a b
+        plugin r on c d version=2.0.0 tickets=2
+        plan
+        expect handover r/0 plugin-updated
+        apply
+        plan
+        expect nothing   # r/0 is being handed over: r/1 keeps running
+        release all
+        plan
+        expect assign r/0 c
+        expect handover r/1 plugin-updated
+        apply
+        release all
+        plan
+        expect assign r/1 d
+    ");
+}
+
+#[test]
+fn a_changed_plugin_file_restarts_the_slot_on_the_same_node() {
+    run("
+        node a
+        plugin r on a version=1.0.0
+        round
+        plugin r on a version=1.0.0 digest=sha256:rebuilt
+        plan
+        expect handover r/0 plugin-updated   # a itself can run the new build
+        apply
+        release all
+        plan
+        expect assign r/0 a
+    ");
+}
+
+#[test]
+fn a_plugin_removed_everywhere_stops() {
+    run("
+        node a
+        node b
+        plugin r on a b tickets=2
+        round
+        unplug r from a b
+        plan
+        expect handover r/0 plugin-removed
+        expect handover r/1 plugin-removed
+        apply
+        release all
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn a_plugin_removed_from_its_owner_moves() {
+    run("
+        node a
+        node b
+        plugin r on a b
+        grant r/0 a
+        unplug r from a
+        plan
+        expect handover r/0 plugin-removed
+        apply
+        release all
+        plan
+        expect assign r/0 b
+    ");
+}
+
+#[test]
+fn shrinking_tickets_removes_the_top_slots() {
+    run("
+        node a
+        node b
+        node c
+        plugin r on a b c tickets=3
+        round
+        expect owners r a b c
+        plugin r on a b c tickets=1
+        plan
+        expect handover r/1 plugin-removed
+        expect handover r/2 plugin-removed
+        apply
+        release all
+        plan
+        expect nothing
+        expect owners r a
+    ");
+}
+
+#[test]
+fn a_cooling_down_node_is_skipped_until_it_passes() {
+    run("
+        node a
+        node b
+        plugin r on a b
+        grant r/0 a
+        giveup r/0 until=60000
+        kill b
+        time 15000
+        plan
+        expect pending r/0 \"a is cooling down after repeated failures until 1970-01-01T00:01:00Z (in 45s)\" \"b has no live session\"
+        start b
+        plan
+        expect assign r/0 b
+        kill b
+        time 60000
+        plan
+        expect assign r/0 a
+    ");
+}
+
+#[test]
+fn nodes_without_sessions_own_nothing_and_get_nothing() {
+    run("
+        node a
+        node b down
+        plugin r on a b tickets=2
+        plan
+        expect assign r/0 a
+        expect pending r/1 \"every eligible node already holds\" \"b has no live session\"
+        apply
+        kill a
+        expect owners r - -
+        plan
+        expect pending r/0 \"no live node has the plugin for r (r 1.0.0): a, b have no live session\"
+        expect pending r/1
+        start b
+        plan
+        expect assign r/0 b
+        expect pending r/1
+    ");
+}
+
+#[test]
+fn rebalancing_after_a_node_joins_is_bounded_and_settles() {
+    run("
+        options max_moves=1 min_term=10000
+        node a
+        node b
+        plugin p1 on a b
+        plugin p2 on a b
+        plugin p3 on a b
+        plugin p4 on a b
+        plugin p5 on a b
+        plugin p6 on a b
+        round
+        expect load a=3 b=3
+        node c
+        plugin p1 on c
+        plugin p2 on c
+        plugin p3 on c
+        plugin p4 on c
+        plugin p5 on c
+        plugin p6 on c
+        time 5000
+        plan
+        expect nothing   # held 5 s, less than the minimum term
+        time 20000
+        plan
+        expect handover p2/0 rebalanced to=c   # b: as loaded as a, younger session
+        apply
+        plan
+        expect nothing   # one move in flight: the bound
+        release all
+        plan
+        expect assign p2/0 c
+        expect handover p1/0 rebalanced to=c
+        apply
+        release all
+        plan
+        expect assign p1/0 c
+        apply
+        expect load a=2 b=2 c=2
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn rebalancing_reaches_a_fixed_point() {
+    run("
+        options max_moves=3 min_term=10000
+        node a
+        node b
+        plugin p1 on a b tickets=2
+        plugin p2 on a b tickets=2
+        plugin p3 on a b tickets=2
+        plugin p4 on a b
+        plugin p5 on a b
+        plugin p6 on a b
+        plugin p7 on a b
+        round
+        expect load a=5 b=5
+        node c
+        node d
+        plugin p1 on c d tickets=2
+        plugin p2 on c d tickets=2
+        plugin p3 on c d tickets=2
+        plugin p4 on c d
+        plugin p5 on c d
+        plugin p6 on c d
+        plugin p7 on c d
+        time 20000
+        plan
+        expect count handover=3   # the bound
+        converge within=30 step=11000
+        expect balanced
+        expect load a=3 b=3 c=2 d=2
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn rebalancing_leaves_fresh_grants_and_moving_resources_alone() {
+    run("
+        options max_moves=10 min_term=10000
+        node a
+        node b
+        plugin p on a b
+        plugin q on a b
+        plugin r on a b
+        grant p/0 a since=0
+        grant q/0 a since=0
+        time 20000
+        grant r/0 a
+        plugin p on a b version=2.0.0   # p must update: it is not rebalanced
+        plan
+        expect handover p/0 plugin-updated
+        expect handover q/0 rebalanced to=b   # r/0 is too fresh
+    ");
+}
+
+#[test]
+fn rebalancing_ignores_nodes_that_can_run_nothing() {
+    run("
+        node a
+        node b zone=b
+        plugin p on a b require=zone=a
+        plugin q on a b require=zone=a
+        grant p/0 a since=0
+        grant q/0 a since=0
+        time 100000
+        plan
+        expect nothing
+    ");
+}
+
+#[test]
+fn handovers_in_flight_count_against_the_move_bound() {
+    run("
+        options max_moves=2
+        node a
+        node b
+        node c
+        plugin p1 on a b c
+        plugin p2 on a b c
+        plugin p3 on a b c
+        plugin p4 on a b c
+        plugin q on a b c
+        grant p1/0 a since=0
+        grant p2/0 a since=0
+        grant p3/0 a since=0
+        grant p4/0 a since=0
+        grant q/0 c since=0
+        drain c
+        time 20000
+        plan
+        expect handover q/0 drained
+        expect handover p1/0 rebalanced to=b   # one more within the bound of two
+        apply
+        plan
+        expect nothing   # two in flight
+        release q/0
+        plan
+        expect assign q/0 b   # then b has 2 (p1 is coming), a 3 (p1 is leaving): even
+        apply
+        release all
+        plan
+        expect assign p1/0 b
+        apply
+        expect load a=3 b=2 c=0
+    ");
+}
+
+#[test]
+fn a_node_handing_a_slot_over_gets_no_other_slot_of_it() {
+    run("
+        node a
+        plugin r on a tickets=2
+        grant r/0 a
+        handover r/0 released
+        plan
+        expect pending r/1 \"every eligible node already holds a slot of r (a has r/0): 2 tickets, 1 eligible node\"
+    ");
+}

@@ -1,0 +1,111 @@
+//! The errors of the control plane's boundary: [`ControlError`] for starting, joining and
+//! leading, [`ProposeError`] for proposals.
+//!
+//! A proposal's error says above all whether the command **may have been applied**
+//! ([`ProposeError::may_have_applied`]): a caller may resend a command that certainly was
+//! not, but must check the state before resending one that may have been (Raft cannot
+//! tell a lost answer from a lost request).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Starting the control plane, bootstrapping or joining a cluster, or checking leadership
+/// failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ControlError {
+    /// The options are inconsistent.
+    #[error("invalid control plane options: {0}")]
+    Options(String),
+    /// The Raft store could not be opened or read.
+    #[error("cannot use the Raft store {}: {reason}", path.display())]
+    Storage {
+        /// The store's file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// openraft refused to start.
+    #[error("cannot start Raft: {0}")]
+    Start(String),
+    /// `bootstrap` or `join` was called before `attach`.
+    #[error("the control plane has no RPC endpoint yet: call attach first")]
+    NotAttached,
+    /// `bootstrap` was given a member set that cannot form this cluster.
+    #[error("cannot bootstrap: {0}")]
+    Bootstrap(String),
+    /// No member accepted the join within the bound; the last failures are listed.
+    #[error("could not join the cluster within {waited:?}: {}", failures.join("; "))]
+    Join {
+        /// How long it tried.
+        waited: Duration,
+        /// The last failure per member asked.
+        failures: Vec<String>,
+    },
+    /// This node is not the leader (or lost leadership while checking it).
+    #[error("not the leader: {0}")]
+    NotLeader(String),
+    /// Raft has stopped (shut down, or a fatal storage error).
+    #[error("Raft has stopped: {0}")]
+    Stopped(String),
+}
+
+impl ControlError {
+    /// Whether trying again later, unchanged, may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ControlError::Join { .. } | ControlError::NotLeader(_) => true,
+            ControlError::Options(_)
+            | ControlError::Storage { .. }
+            | ControlError::Start(_)
+            | ControlError::NotAttached
+            | ControlError::Bootstrap(_)
+            | ControlError::Stopped(_) => false,
+        }
+    }
+}
+
+/// A proposal failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// The encoded command exceeds the limit (it must fit one Raft message); not applied.
+    #[error("the command is {len} bytes encoded; the limit is {max}; it was not applied")]
+    TooLarge {
+        /// Its encoded size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// No leader took the command within the bound; not applied.
+    #[error("no leader took the command within {waited:?} ({last}); it was not applied")]
+    NoLeader {
+        /// How long it tried.
+        waited: Duration,
+        /// The last reason.
+        last: String,
+    },
+    /// The leader (or the RPC layer) refused the command before appending it; not applied.
+    #[error("the command was refused: {0}; it was not applied")]
+    Refused(String),
+    /// The command reached a leader but its outcome is unknown: it may be applied.
+    #[error("the outcome of the command is unknown (it may have been applied): {0}")]
+    Unknown(String),
+    /// Raft has stopped on this node.
+    #[error("Raft has stopped: {0}")]
+    Stopped(String),
+}
+
+impl ProposeError {
+    /// Whether the command may have been applied despite the error.
+    pub fn may_have_applied(&self) -> bool {
+        matches!(self, ProposeError::Unknown(_))
+    }
+
+    /// Whether proposing again later may succeed (after checking the state, if the
+    /// command may have been applied).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProposeError::NoLeader { .. } | ProposeError::Unknown(_)
+        )
+    }
+}

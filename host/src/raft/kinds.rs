@@ -1,0 +1,73 @@
+//! The message kinds of the control plane and the payloads of its own requests.
+//!
+//! Every signed call carries a `kind` (`u16`). The numbers are allocated here, in one
+//! place, so that no two users of the node's one RPC endpoint collide:
+//!
+//! | kinds | owner |
+//! |---|---|
+//! | 1..=9 | Raft's own messages (this module) |
+//! | 10..=19 | the control plane's requests: propose, join (this module) |
+//! | 20..=99 | the node's own kinds (sessions, …): [`super::RaftService`] hands them to the fallback service |
+//! | 100.. | unallocated; also handed to the fallback |
+//!
+//! Payloads and answers are postcard. Raft messages answer
+//! `Result<openraft response, openraft error>`; the control plane's requests answer the
+//! enums below, which say whether the request was carried out, refused, or must go to
+//! another node. An `Err` answer of the RPC layer means the request could not even be
+//! read (or was refused by the envelope gate): never "maybe done".
+
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::Peer;
+use crate::cluster::Response;
+
+/// Raft AppendEntries (also the heartbeat): `AppendEntriesRequest` →
+/// `Result<AppendEntriesResponse, Fatal>`.
+pub const APPEND_ENTRIES: u16 = 1;
+/// Raft RequestVote: `VoteRequest` → `Result<VoteResponse, Fatal>`.
+pub const VOTE: u16 = 2;
+/// Raft InstallSnapshot, one chunk: `InstallSnapshotRequest` →
+/// `Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>`.
+pub const INSTALL_SNAPSHOT: u16 = 3;
+/// A [`crate::cluster::Command`] for the leader to commit → [`ProposeReply`].
+pub const PROPOSE: u16 = 10;
+/// A node asks to join: [`Peer`] (its name and the address to dial it at) →
+/// [`JoinReply`]. Received by a non-leader, it is forwarded once to the leader.
+pub const JOIN: u16 = 11;
+/// Kinds the node allocates for itself; never interpreted here.
+pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
+
+/// Whether `kind` is one the control plane answers itself.
+pub(crate) fn is_control(kind: u16) -> bool {
+    matches!(
+        kind,
+        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN
+    )
+}
+
+/// The answer to [`PROPOSE`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProposeReply {
+    /// Committed and applied; the state machine's answer.
+    Applied(Response),
+    /// The receiver is not the leader, and did not append the command. `leader` is the
+    /// one it knows of, if any.
+    NotLeader { leader: Option<Peer> },
+    /// Refused without being appended (e.g. the sender is not a member).
+    Refused(String),
+    /// Raft failed while the command was in flight: it may or may not be committed.
+    Failed(String),
+}
+
+/// The answer to [`JOIN`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinReply {
+    /// The node is a member (learner or voter) at the address it gave.
+    Joined { voter: bool },
+    /// The receiver is not the leader and could not forward the request.
+    NotLeader { leader: Option<Peer> },
+    /// Refused (e.g. a node asking for another's name), or Raft failed.
+    Refused(String),
+}

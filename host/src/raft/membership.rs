@@ -1,0 +1,265 @@
+//! Who is in the Raft group: joining, address updates, promotion to voter.
+//!
+//! **Joining.** A node added after the bootstrap asks any member (kind JOIN, with its
+//! name and advertised address). A member that is not the leader forwards the request,
+//! once, to the leader it knows. The leader:
+//! - adds an unknown node as a *learner* (it receives the log but does not vote) and
+//!   waits, up to `join_catch_up`, for it to catch up;
+//! - updates the address of a known node that comes back from elsewhere (openraft's
+//!   `SetNodes`; the name is authenticated by TLS and every message is signed, so a wrong
+//!   address cannot make another node count as this one);
+//! - does nothing for a known node at the same address (joining is idempotent, so a
+//!   restarted node can always ask).
+//!
+//! Only the joining node itself may ask to join under its name; a forwarded request must
+//! come from a member.
+//!
+//! **Promotion.** While the group has fewer voters than `voters`, the leader promotes a
+//! learner that is caught up (within `LAG_THRESHOLD` entries of its log), one at a time, by
+//! name order. The JOIN handler tries at once; a housekeeping task retries every
+//! [`HOUSEKEEPING`] on whichever node leads, so a learner that was slow to catch up, or
+//! whose leader changed, is promoted anyway. The same task reports a fatal Raft error
+//! (openraft's own line is filtered, see `LOG_FILTER`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::ChangeMembers;
+use openraft::error::RaftError as OpenRaftError;
+use tokio::sync::watch;
+
+use super::error::ControlError;
+use super::kinds::{JOIN, JoinReply};
+use super::network::resolve;
+use super::types::{NodeId, Peer};
+use super::{LAG_THRESHOLD, Shared};
+
+/// How often the housekeeping task looks for a learner to promote.
+const HOUSEKEEPING: Duration = Duration::from_millis(200);
+
+/// See [`super::Control::join`].
+pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<(), ControlError> {
+    let attached = shared.attached()?;
+    let started = Instant::now();
+    let deadline = started + shared.options.join_timeout;
+    let body = postcard::to_allocvec(&attached.me)
+        .map_err(|e| ControlError::Options(format!("cannot encode the join request: {e}")))?;
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let mut failures = Vec::new();
+        for (name, addr) in via.iter().filter(|(name, _)| *name != shared.name) {
+            let outcome = match resolve(addr).await {
+                Ok(sock) => match attached.rpc.call(name, sock, JOIN, body.clone()).await {
+                    Ok(bytes) => postcard::from_bytes::<JoinReply>(&bytes)
+                        .map_err(|e| format!("unreadable answer: {e}")),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(JoinReply::Joined { voter }) => {
+                    tracing::info!(event = crate::events::CLUSTER_JOINED, via = %name, voter, me = %attached.me, "joined the raft group");
+                    return Ok(());
+                }
+                Ok(JoinReply::NotLeader { leader }) => failures.push(format!(
+                    "{name}: not the leader and could not forward (leader: {})",
+                    leader.map_or("unknown".into(), |p| p.to_string())
+                )),
+                Ok(JoinReply::Refused(why)) => failures.push(format!("{name}: {why}")),
+                Err(e) => failures.push(format!("{name}: {e}")),
+            }
+        }
+        if via.iter().all(|(name, _)| *name == shared.name) {
+            failures.push("no other member to ask".into());
+        }
+        let now = Instant::now();
+        if now + wait > deadline {
+            return Err(ControlError::Join {
+                waited: now - started,
+                failures,
+            });
+        }
+        tracing::debug!(
+            event = crate::events::CONTROL_ERROR,
+            ?failures,
+            "join not accepted yet; retrying"
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(1));
+    }
+}
+
+impl Shared {
+    /// Answers a JOIN for `peer` sent by node `from`.
+    pub(crate) async fn serve_join(self: &Arc<Self>, from: &str, peer: Peer) -> JoinReply {
+        let forwarded = from != peer.name;
+        if forwarded && !self.is_member(from) {
+            return JoinReply::Refused(format!(
+                "{from} may not ask for {} to join: only the node itself, or a member forwarding its request",
+                peer.name
+            ));
+        }
+        if let Err(e) = crate::pki::validate_name(&peer.name) {
+            return JoinReply::Refused(e.to_string());
+        }
+        if let Err(e) = resolve(&peer.addr).await {
+            return JoinReply::Refused(format!("{}'s address: {e}", peer.name));
+        }
+        if self.is_leader() {
+            return self.admit(peer).await;
+        }
+        let leader = self.leader().map(|(_, p)| p);
+        match (&leader, forwarded, self.endpoint.get()) {
+            (Some(to), false, Some(attached)) => {
+                let reply = async {
+                    let body = postcard::to_allocvec(&peer).map_err(|e| e.to_string())?;
+                    let addr = resolve(&to.addr).await?;
+                    let bytes = attached
+                        .rpc
+                        .call(&to.name, addr, JOIN, body)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    postcard::from_bytes::<JoinReply>(&bytes).map_err(|e| e.to_string())
+                };
+                match reply.await {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        tracing::debug!(event = crate::events::CONTROL_ERROR, leader = %to, error = %e, "forwarding a join failed");
+                        JoinReply::NotLeader { leader }
+                    }
+                }
+            }
+            _ => JoinReply::NotLeader { leader },
+        }
+    }
+
+    /// On the leader: makes `peer` a member at its address, then tries to promote.
+    async fn admit(&self, peer: Peer) -> JoinReply {
+        let id = peer.id();
+        let known = self
+            .metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .cloned();
+        let bound = self.options.join_catch_up;
+        let changed = match known {
+            Some(known) if known == peer => Ok(()),
+            Some(known) => {
+                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, from = %known, to = %peer, "raft member changed address");
+                let change = ChangeMembers::SetNodes(BTreeMap::from([(id, peer.clone())]));
+                match tokio::time::timeout(bound, self.raft.change_membership(change, true)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => {
+                        return JoinReply::Refused(
+                            "the address change did not commit in time".into(),
+                        );
+                    }
+                }
+            }
+            None => {
+                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %peer, "adding a raft learner");
+                // Waits until the learner has caught up; past the bound it is a learner
+                // anyway (the membership entry committed first) and is promoted later.
+                match tokio::time::timeout(bound, self.raft.add_learner(id, peer.clone(), true))
+                    .await
+                {
+                    Ok(Ok(_)) | Err(_) => Ok(()),
+                    Ok(Err(e)) => Err(e),
+                }
+            }
+        };
+        if let Err(e) = changed {
+            return match e {
+                OpenRaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f)) => {
+                    JoinReply::NotLeader {
+                        leader: f.leader_node,
+                    }
+                }
+                other => JoinReply::Refused(other.to_string()),
+            };
+        }
+        self.promote().await;
+        JoinReply::Joined {
+            voter: self.is_voter(id),
+        }
+    }
+
+    fn is_voter(&self, id: NodeId) -> bool {
+        self.metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == id)
+    }
+
+    /// On the leader, while voters are fewer than the target: promotes the first caught-up
+    /// learner (by name). Returns whether it promoted one.
+    pub(crate) async fn promote(&self) -> bool {
+        let candidate = {
+            let metrics = self.metrics.borrow();
+            if !self.leads(&metrics) {
+                return false;
+            }
+            let membership = metrics.membership_config.membership();
+            if membership.get_joint_config().len() > 1
+                || membership.voter_ids().count() >= self.options.voters
+            {
+                return false;
+            }
+            let last = metrics.last_log_index.unwrap_or(0);
+            let Some(replication) = &metrics.replication else {
+                return false;
+            };
+            let mut learners: Vec<(String, NodeId)> = membership
+                .learner_ids()
+                .filter_map(|id| Some((membership.get_node(&id)?.name.clone(), id)))
+                .collect();
+            learners.sort();
+            learners.into_iter().find(|(_, id)| {
+                let matched = replication
+                    .get(id)
+                    .and_then(|m| m.as_ref())
+                    .map_or(0, |m| m.index);
+                matched + LAG_THRESHOLD >= last
+            })
+        };
+        let Some((name, id)) = candidate else {
+            return false;
+        };
+        let change = ChangeMembers::AddVoterIds([id].into());
+        let bound = self.options.join_catch_up;
+        match tokio::time::timeout(bound, self.raft.change_membership(change, true)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "promoted a raft learner to voter");
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(event = crate::events::CONTROL_ERROR, peer = %name, error = %e, "promotion not possible now");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// The background task: promotes learners while this node leads, and reports a fatal
+/// Raft error once. Ends when `stop` turns true.
+pub(crate) async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut reported = false;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = tokio::time::sleep(HOUSEKEEPING) => {}
+        }
+        if !reported && let Err(fatal) = &shared.metrics.borrow().running_state {
+            reported = true;
+            tracing::error!(event = crate::events::CONTROL_ERROR, error = %fatal, "raft stopped on a fatal error");
+        }
+        shared.promote().await;
+    }
+}

@@ -1,0 +1,507 @@
+//! The control plane: Raft (openraft 0.9) replicating the [`Cluster`] state. The only
+//! openraft user.
+//!
+//! Every node runs one Raft instance. Commands ([`crate::cluster::Command`]) are
+//! proposed to the leader, appended to its log, replicated to a quorum of voters,
+//! committed, and applied in log order to every node's in-memory [`Cluster`]
+//! ([`Cluster::apply`] is deterministic, so all nodes agree, and a command's log index
+//! is its fencing token). This module is the glue between openraft and the rest of
+//! Tenure; the decisions (what to propose) are the node's.
+//!
+//! **Pieces** (one file each): `types.rs` (the type configuration, [`node_id`]),
+//! `db.rs` (the `raft.redb` file), `log_store.rs` (log and vote, fsynced before they are
+//! acknowledged), `state_machine.rs` (the applied `Cluster` and snapshots), `network.rs`
+//! and `link.rs` (Raft messages over signed calls; unreachable peers are gated and backed
+//! off), `kinds.rs` (message kinds), `service.rs` (answering them), `propose.rs`
+//! (forwarding commands to the leader), `membership.rs` (joining, promotion), `error.rs`.
+//!
+//! **Lifecycle.** [`Control::open`] opens the store and starts Raft, and returns the
+//! [`Service`] that answers the control plane's message kinds (others go to the node's
+//! fallback service). The node binds its [`Rpc`] with that service, then hands the
+//! endpoint back with [`Control::attach`]. A node listed in the initial `peers` then
+//! calls [`Control::bootstrap`] with the same member set as every other initial node (it
+//! is a no-op on a node whose log is not fresh); a node added later calls
+//! [`Control::join`], which asks members in turn until the leader adds it as a learner.
+//! The leader promotes caught-up learners to voters while there are fewer than
+//! `voters` (default 3, at most 7). A single node is a one-voter cluster: the same path.
+//! [`Control::shutdown`] stops Raft and releases the store; the node closes the endpoint
+//! after it (DESIGN.md's shutdown order).
+//!
+//! **Reading.** [`Control::state`] is the applied state (possibly behind the leader);
+//! [`Control::applied`] streams the applied index to wait on. [`Control::ensure_leadership`]
+//! runs a heartbeat round to a quorum that starts after the call: the leader acks session
+//! renewals only after one (DESIGN.md, "Sessions and leases").
+//!
+//! **Logging.** openraft logs every failed message to an unreachable peer at ERROR; the
+//! node adds [`LOG_FILTER`] to its filter, and this module logs reachability changes
+//! itself (once per outage, rate-limited).
+//!
+//! What it deliberately does not do: remove members or demote voters (a dead voter stays
+//! a voter until an operator action exists), use PreVote (openraft 0.9 has none: a node
+//! returning from a partition may force one election), or decide anything about the
+//! cluster state.
+
+mod db;
+mod error;
+mod kinds;
+mod link;
+mod log_store;
+mod membership;
+mod network;
+mod propose;
+mod service;
+mod state_machine;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use openraft::error::RaftError as OpenRaftError;
+use openraft::{ServerState, SnapshotPolicy};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use error::{ControlError, ProposeError};
+pub use kinds::{
+    APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply, VOTE,
+};
+pub use service::RaftService;
+pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
+
+use crate::cluster::{Cluster, Command, Response};
+use crate::rpc::{Rpc, Service};
+use log_store::LogStore;
+use network::{Attached, Endpoint, Network};
+use state_machine::StateMachine;
+use types::{CheckIsLeaderError, InitializeError, Raft};
+
+/// The tracing directives a node adds to its filter: openraft logs each failed message to
+/// an unreachable peer (every heartbeat, and on every leadership check) at ERROR from
+/// these two modules; this module reports reachability itself (`link.rs`) and Raft's
+/// fatal errors from its metrics. Everything else openraft logs at ERROR still shows.
+pub const LOG_FILTER: &str =
+    "openraft=error,openraft::replication=off,openraft::core::raft_core=off";
+
+/// The largest number of voters.
+pub const MAX_VOTERS: usize = 7;
+
+/// The control plane's settings. Start from [`ControlOptions::new`] and change what
+/// differs; tests shrink the timings and the snapshot threshold.
+#[derive(Clone, Debug)]
+pub struct ControlOptions {
+    /// Where `raft.redb` lives (the node's data directory).
+    pub data_dir: PathBuf,
+    /// This node's name: its certificate's, the same as its RPC endpoint's.
+    pub name: String,
+    /// How many voters the leader promotes learners up to (default 3, 1 to 7).
+    pub voters: usize,
+    /// The leader's heartbeat interval (default 50 ms); also openraft's deadline for an
+    /// AppendEntries message.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time between `election_min` and
+    /// `election_max` (default 150–300 ms) starts an election.
+    pub election_min: Duration,
+    /// See `election_min`.
+    pub election_max: Duration,
+    /// A snapshot is built every this many applied entries (default 5000).
+    pub snapshot_logs: u64,
+    /// Log entries a snapshot covers that are kept anyway (default 500), so a follower a
+    /// little behind catches up from the log rather than a whole snapshot.
+    pub keep_logs: u64,
+    /// Bound on [`Control::propose`], retries across leader changes included (default 5 s).
+    pub propose_timeout: Duration,
+    /// How long the leader lets a joining node catch up before answering its JOIN (default
+    /// 2 s); a learner not caught up by then is promoted later.
+    pub join_catch_up: Duration,
+    /// Bound on [`Control::join`] (default 30 s).
+    pub join_timeout: Duration,
+    /// The largest Raft message payload (default 1 MiB − 16 KiB: the transport's frame
+    /// limit with room for the envelope). Snapshot chunks and replication batches are
+    /// half of it; a command may be a quarter.
+    pub max_payload: usize,
+}
+
+impl ControlOptions {
+    /// The defaults (DESIGN.md §5) for node `name` with its data in `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>, name: impl Into<String>) -> ControlOptions {
+        ControlOptions {
+            data_dir: data_dir.into(),
+            name: name.into(),
+            voters: 3,
+            heartbeat: Duration::from_millis(50),
+            election_min: Duration::from_millis(150),
+            election_max: Duration::from_millis(300),
+            snapshot_logs: 5000,
+            keep_logs: 500,
+            propose_timeout: Duration::from_secs(5),
+            join_catch_up: Duration::from_secs(2),
+            join_timeout: Duration::from_secs(30),
+            max_payload: (1 << 20) - (16 << 10),
+        }
+    }
+
+    /// The largest encoded command [`Control::propose`] accepts.
+    pub fn max_command(&self) -> usize {
+        self.max_payload / 4
+    }
+
+    fn validate(&self) -> Result<(), ControlError> {
+        let bad = |m: String| Err(ControlError::Options(m));
+        crate::pki::validate_name(&self.name)
+            .or_else(|e| bad(format!("name {:?}: {e}", self.name)))?;
+        if !(1..=MAX_VOTERS).contains(&self.voters) {
+            return bad(format!(
+                "voters is {}; expected 1 to {MAX_VOTERS}",
+                self.voters
+            ));
+        }
+        if self.heartbeat.is_zero() || self.election_min <= self.heartbeat {
+            return bad(format!(
+                "the election timeout ({:?}) must be longer than the heartbeat ({:?}), which must not be zero",
+                self.election_min, self.heartbeat
+            ));
+        }
+        if self.election_max <= self.election_min {
+            return bad(format!(
+                "election_max ({:?}) must be longer than election_min ({:?})",
+                self.election_max, self.election_min
+            ));
+        }
+        if self.snapshot_logs == 0 {
+            return bad("snapshot_logs must be at least 1".into());
+        }
+        if self.max_payload < 64 << 10 {
+            return bad(format!(
+                "max_payload is {} bytes; expected at least 64 KiB",
+                self.max_payload
+            ));
+        }
+        Ok(())
+    }
+
+    fn raft_config(&self) -> Result<openraft::Config, ControlError> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        openraft::Config {
+            cluster_name: "tenure".into(),
+            heartbeat_interval: ms(self.heartbeat),
+            election_timeout_min: ms(self.election_min),
+            election_timeout_max: ms(self.election_max),
+            // Per snapshot chunk, and for installing the last one; chunks are small, but
+            // installing fsyncs the whole state.
+            install_snapshot_timeout: 3000,
+            // Small, so that `add_learner(blocking)` waits until a learner is really
+            // caught up (STACK-NOTES): promotion follows the same threshold.
+            replication_lag_threshold: LAG_THRESHOLD,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
+            snapshot_max_chunk_size: (self.max_payload / 2) as u64,
+            max_in_snapshot_log_to_keep: self.keep_logs,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|e| ControlError::Options(e.to_string()))
+    }
+}
+
+/// How far (in entries) a learner may lag and still count as caught up.
+const LAG_THRESHOLD: u64 = 50;
+
+/// The voters and learners of the Raft group, by name, with their addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Members {
+    pub voters: BTreeMap<String, String>,
+    pub learners: BTreeMap<String, String>,
+}
+
+/// The control plane of one node. See the module doc for the lifecycle.
+pub struct Control {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The store, to wait at shutdown until every Raft task has let go of it.
+    db: Weak<redb::Database>,
+}
+
+/// What the handle, the service and the background tasks share.
+pub(crate) struct Shared {
+    raft: Raft,
+    me: NodeId,
+    name: String,
+    options: ControlOptions,
+    endpoint: Endpoint,
+    metrics: watch::Receiver<Metrics>,
+    cluster: Arc<RwLock<Cluster>>,
+    applied: watch::Receiver<u64>,
+}
+
+impl Control {
+    /// Opens the Raft store in `options.data_dir` and starts Raft. Returns the handle and
+    /// the service to bind the node's [`Rpc`] with: it answers the control plane's kinds
+    /// and hands every other kind to `fallback`. Raft sends nothing until
+    /// [`Control::attach`].
+    pub async fn open(
+        options: ControlOptions,
+        fallback: Arc<dyn Service>,
+    ) -> Result<(Control, Arc<dyn Service>), ControlError> {
+        options.validate()?;
+        let config = options.raft_config()?;
+        let db = db::open(&options.data_dir).await?;
+        let sm = StateMachine::open(db.clone()).map_err(|e| ControlError::Storage {
+            path: db::path(&options.data_dir),
+            reason: e.to_string(),
+        })?;
+        let cluster = sm.cluster();
+        let applied = sm.applied_index();
+        let log_store = LogStore::new(db.clone(), options.max_payload / 2);
+        let weak = Arc::downgrade(&db);
+        drop(db);
+        let me = node_id(&options.name);
+        let endpoint = Endpoint::default();
+        let network = Network::new(me, endpoint.clone(), options.max_payload);
+        let raft = Raft::new(me, Arc::new(config), network, log_store, sm)
+            .await
+            .map_err(|e| ControlError::Start(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            metrics: raft.metrics(),
+            raft,
+            me,
+            name: options.name.clone(),
+            options,
+            endpoint,
+            cluster,
+            applied,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let tasks = vec![tokio::spawn(membership::housekeeping(
+            shared.clone(),
+            stopped,
+        ))];
+        let service: Arc<dyn Service> = Arc::new(RaftService::new(shared.clone(), fallback));
+        let control = Control {
+            shared,
+            stop,
+            tasks: Mutex::new(tasks),
+            db: weak,
+        };
+        Ok((control, service))
+    }
+
+    /// Hands the node's RPC endpoint to Raft; `advertise` is the address peers dial this
+    /// node at (`host:port`). Replaces an earlier endpoint.
+    pub fn attach(&self, rpc: Arc<Rpc>, advertise: impl Into<String>) -> Result<(), ControlError> {
+        if rpc.me() != self.shared.name {
+            return Err(ControlError::Options(format!(
+                "the RPC endpoint is node {}'s, not {}'s",
+                rpc.me(),
+                self.shared.name
+            )));
+        }
+        let me = Peer::new(self.shared.name.clone(), advertise);
+        self.shared.endpoint.set(Some(Attached { rpc, me }));
+        Ok(())
+    }
+
+    /// Forms the cluster from `members` (name → address), if this node's log is fresh.
+    /// Every initial member calls it with the same set; on a node that was already
+    /// initialized (a restart, or a cluster formed by another member first) it does
+    /// nothing.
+    pub async fn bootstrap(&self, members: &BTreeMap<String, String>) -> Result<(), ControlError> {
+        let shared = &self.shared;
+        shared.attached()?;
+        if !members.contains_key(&shared.name) {
+            return Err(ControlError::Bootstrap(format!(
+                "this node ({}) is not among the members {:?}",
+                shared.name,
+                members.keys().collect::<Vec<_>>()
+            )));
+        }
+        if members.len() > MAX_VOTERS {
+            return Err(ControlError::Bootstrap(format!(
+                "{} initial members; at most {MAX_VOTERS} can vote",
+                members.len()
+            )));
+        }
+        let nodes: BTreeMap<NodeId, Peer> = members
+            .iter()
+            .map(|(name, addr)| (node_id(name), Peer::new(name.clone(), addr.clone())))
+            .collect();
+        if nodes.len() != members.len() {
+            return Err(ControlError::Bootstrap(
+                "two member names have the same node id".into(),
+            ));
+        }
+        let initialized = shared
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| ControlError::Stopped(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        match shared.raft.initialize(nodes).await {
+            Ok(()) => {
+                tracing::info!(event = crate::events::CLUSTER_BOOTSTRAPPED, members = ?members.keys().collect::<Vec<_>>(), "raft cluster initialized");
+                Ok(())
+            }
+            Err(OpenRaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(OpenRaftError::APIError(e)) => Err(ControlError::Bootstrap(e.to_string())),
+            Err(OpenRaftError::Fatal(e)) => Err(ControlError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Joins an existing cluster through `via` (member name, address): asks each in turn
+    /// (the one asked forwards to the leader) until this node is a member at its
+    /// advertised address, retrying with backoff up to `join_timeout`. Also how a node
+    /// whose address changed updates it. Idempotent.
+    pub async fn join(&self, via: &[(String, String)]) -> Result<(), ControlError> {
+        membership::join(&self.shared, via).await
+    }
+
+    /// Commits `command` and returns the state machine's answer: directly when this node
+    /// leads, else through the leader (forwarded, and retried across leader changes for
+    /// up to `propose_timeout` while it certainly was not applied).
+    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        self.shared.propose(command).await
+    }
+
+    /// The applied cluster state. Hold the lock briefly: applying waits for it.
+    pub fn state(&self) -> Arc<RwLock<Cluster>> {
+        self.shared.cluster.clone()
+    }
+
+    /// The index of the last entry applied to [`Control::state`].
+    pub fn applied(&self) -> watch::Receiver<u64> {
+        self.shared.applied.clone()
+    }
+
+    /// The leader this node knows of: name and address.
+    pub fn leader(&self) -> Option<(String, String)> {
+        self.shared.leader().map(|(_, p)| (p.name, p.addr))
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.shared.metrics.borrow().current_term
+    }
+
+    /// Whether this node is the leader (as far as it knows: see
+    /// [`Control::ensure_leadership`]).
+    pub fn is_leader(&self) -> bool {
+        self.shared.is_leader()
+    }
+
+    /// Raft's metrics, as they change.
+    pub fn metrics(&self) -> watch::Receiver<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// The voters and learners, by name, with their addresses.
+    pub fn members(&self) -> Members {
+        let metrics = self.shared.metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let mut members = Members::default();
+        for (id, peer) in membership.nodes() {
+            let side = if voters.contains(id) {
+                &mut members.voters
+            } else {
+                &mut members.learners
+            };
+            side.insert(peer.name.clone(), peer.addr.clone());
+        }
+        members
+    }
+
+    /// Confirms that this node is still the leader with a heartbeat round to a quorum of
+    /// voters that starts after this call, and that its state has applied everything
+    /// committed before it. A partitioned or deposed leader gets an error.
+    pub async fn ensure_leadership(&self) -> Result<(), ControlError> {
+        let bound = self.shared.options.election_max * 4;
+        match tokio::time::timeout(bound, self.shared.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(ControlError::NotLeader(match f.leader_node {
+                    Some(peer) => format!("the leader is {peer}"),
+                    None => "no leader is known".into(),
+                }))
+            }
+            Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
+                Err(ControlError::NotLeader(q.to_string()))
+            }
+            Ok(Err(OpenRaftError::Fatal(f))) => Err(ControlError::Stopped(f.to_string())),
+            Err(_) => Err(ControlError::NotLeader(format!(
+                "no quorum confirmed the leadership within {bound:?}"
+            ))),
+        }
+    }
+
+    /// Stops Raft and the background tasks, detaches the RPC endpoint and waits (up to
+    /// 5 s) until the store is released, so the data directory can be opened again.
+    /// Close the endpoint after this. Idempotent.
+    pub async fn shutdown(&self) {
+        self.stop.send_replace(true);
+        if let Err(e) = self.shared.raft.shutdown().await {
+            tracing::warn!(event = crate::events::CONTROL_ERROR, error = %e, "the raft task ended abnormally");
+        }
+        self.shared.endpoint.set(None);
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        for task in tasks {
+            let _ = task.await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.db.strong_count() > 0 {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    event = crate::events::CONTROL_ERROR,
+                    dir = %self.shared.options.data_dir.display(),
+                    "raft tasks still hold the store 5 s after shutdown"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Shared {
+    /// The attached endpoint.
+    fn attached(&self) -> Result<Attached, ControlError> {
+        self.endpoint.get().ok_or(ControlError::NotAttached)
+    }
+
+    /// The leader this node knows of, with its id.
+    fn leader(&self) -> Option<(NodeId, Peer)> {
+        let metrics = self.metrics.borrow();
+        let id = metrics.current_leader?;
+        let peer = metrics
+            .membership_config
+            .membership()
+            .get_node(&id)?
+            .clone();
+        Some((id, peer))
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leads(&self.metrics.borrow())
+    }
+
+    /// Whether `metrics` say this node leads. (Takes them borrowed: a second `borrow`
+    /// of the watch while one is held can deadlock against a send.)
+    fn leads(&self, metrics: &Metrics) -> bool {
+        metrics.state == ServerState::Leader && metrics.current_leader == Some(self.me)
+    }
+
+    /// Whether node `name` is in the membership (voter or learner).
+    fn is_member(&self, name: &str) -> bool {
+        let metrics = self.metrics.borrow();
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&node_id(name))
+            .is_some_and(|p| p.name == name)
+    }
+}

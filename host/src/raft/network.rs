@@ -1,0 +1,344 @@
+//! Raft's messages over the node's signed calls (openraft's `RaftNetworkFactory` and
+//! `RaftNetwork`).
+//!
+//! Each Raft message is one [`Rpc::call`] of its kind (`kinds.rs`) with a postcard
+//! payload, to the peer's name (which TLS and the envelope layer authenticate) at its
+//! membership address (resolved with `lookup_host` at each call; the first address wins).
+//!
+//! **Late binding.** The RPC endpoint answers with a service that dispatches into Raft, so
+//! it can only be bound after Raft exists, and Raft needs its network first. The network
+//! therefore holds an [`Endpoint`]: empty until `Control::attach` fills it, emptied again
+//! at shutdown (which also breaks the reference cycle endpoint → service → Raft →
+//! network → endpoint). Until then every message fails as unreachable.
+//!
+//! **Failures** map onto what openraft does next:
+//! - the peer could not be reached (dial or connection failure, no answer in time from a
+//!   peer not known to be up, a gated call, see `link.rs`) → `Unreachable`: replication
+//!   backs off ([`RaftNetwork::backoff`], 100 ms doubling to 1 s);
+//! - no answer in time from a peer that is up → `Timeout`: retried at the next heartbeat;
+//! - an answer that is an error or unreadable → `Network`; a Raft error the peer
+//!   returned (it is shutting down, its storage failed) → `RemoteError`;
+//! - an AppendEntries message over the size limit → `PayloadTooLarge` with half the
+//!   entries, which openraft retries at once (the log store's read budget normally keeps
+//!   messages far below it).
+//!
+//! Each call runs in a task of its own and waits for it for three quarters of openraft's
+//! timeout: openraft drops a call at its deadline, and a dial dropped halfway never
+//! completes, while a task runs to the transport's own bounds and records the outcome in
+//! the peer's [`Link`].
+//!
+//! Snapshots go as chunks (openraft's default `full_snapshot`, one INSTALL_SNAPSHOT call
+//! per `snapshot_max_chunk_size` bytes), each well below the transport's frame limit.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use openraft::error::{NetworkError, PayloadTooLarge, RemoteError, Timeout, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::{RPCTypes, error::RPCError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::kinds;
+use super::link::{self, Admission, Link};
+use super::types::{
+    AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotError,
+    InstallSnapshotRequest, InstallSnapshotResponse, NodeId, Peer, RaftError, RpcError, TypeConfig,
+    VoteRequest, VoteResponse,
+};
+use crate::rpc::{self, Rpc};
+use crate::transport::TransportError;
+
+/// The node's RPC endpoint and its own peer entry, once attached.
+#[derive(Clone)]
+pub(crate) struct Attached {
+    pub(crate) rpc: Arc<Rpc>,
+    pub(crate) me: Peer,
+}
+
+/// The late-bound endpoint (see the module doc). Clones share it.
+#[derive(Clone, Default)]
+pub(crate) struct Endpoint(Arc<RwLock<Option<Attached>>>);
+
+impl Endpoint {
+    pub(crate) fn get(&self) -> Option<Attached> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set(&self, attached: Option<Attached>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = attached;
+    }
+}
+
+/// Makes a [`Client`] per peer; keeps one [`Link`] per peer across clients.
+pub(crate) struct Network {
+    me: NodeId,
+    endpoint: Endpoint,
+    links: Arc<Mutex<HashMap<NodeId, Arc<Link>>>>,
+    max_payload: usize,
+}
+
+impl Network {
+    /// The network of node `me`, sending messages of at most `max_payload` bytes.
+    pub(crate) fn new(me: NodeId, endpoint: Endpoint, max_payload: usize) -> Network {
+        Network {
+            me,
+            endpoint,
+            links: Arc::default(),
+            max_payload,
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Client;
+
+    async fn new_client(&mut self, target: NodeId, node: &Peer) -> Client {
+        let link = self
+            .links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(target)
+            .or_insert_with(|| Arc::new(Link::new(&node.name, &node.addr)))
+            .clone();
+        Client {
+            me: self.me,
+            target,
+            peer: node.clone(),
+            link,
+            endpoint: self.endpoint.clone(),
+            max_payload: self.max_payload,
+        }
+    }
+}
+
+/// Sends Raft messages to one peer.
+pub(crate) struct Client {
+    me: NodeId,
+    target: NodeId,
+    peer: Peer,
+    link: Arc<Link>,
+    endpoint: Endpoint,
+    max_payload: usize,
+}
+
+/// Why a call failed, in the terms openraft distinguishes.
+#[derive(Debug)]
+enum Failure {
+    Unreachable(String),
+    Network(String),
+    Timeout(Duration),
+}
+
+/// An error carrying a message, for openraft's error wrappers.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Message(String);
+
+impl Client {
+    /// Sends one message of `kind` and returns the answer's payload. Waits at most 3/4 of
+    /// `ttl` (openraft's own deadline for the message).
+    async fn call(&self, kind: u16, body: Vec<u8>, ttl: Duration) -> Result<Vec<u8>, Failure> {
+        let Some(attached) = self.endpoint.get() else {
+            return Err(Failure::Unreachable(
+                "the RPC endpoint is not attached (starting or shutting down)".into(),
+            ));
+        };
+        let admission = self
+            .link
+            .admit(&self.peer.addr, Instant::now())
+            .map_err(Failure::Unreachable)?;
+        let task = tokio::spawn(exchange(
+            attached.rpc,
+            self.peer.clone(),
+            self.link.clone(),
+            kind,
+            body,
+        ));
+        let wait = ttl.mul_f64(0.75);
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => Err(Failure::Network(format!("the call task failed: {e}"))),
+            Err(_) => Err(match admission {
+                Admission::Up => Failure::Timeout(wait),
+                Admission::Probe => Failure::Unreachable(format!(
+                    "{} at {}: no answer within {wait:?} (still trying)",
+                    self.peer.name, self.peer.addr
+                )),
+            }),
+        }
+    }
+
+    /// Sends `request` as `kind` and decodes the answer `Result<T, W>`; a remote error `W`
+    /// becomes openraft's `RemoteError`.
+    async fn request<Req, T, W, E>(
+        &self,
+        kind: u16,
+        action: RPCTypes,
+        request: &Req,
+        ttl: Duration,
+    ) -> Result<T, RpcError<E>>
+    where
+        Req: Serialize,
+        T: DeserializeOwned,
+        W: DeserializeOwned + Into<RaftError<E>>,
+        E: std::error::Error,
+    {
+        let body = postcard::to_allocvec(request)
+            .map_err(|e| self.failed(Failure::Network(format!("cannot encode: {e}")), action))?;
+        if body.len() > self.max_payload {
+            return Err(self.failed(
+                Failure::Network(format!(
+                    "a {action} message of {} bytes exceeds the limit of {}",
+                    body.len(),
+                    self.max_payload
+                )),
+                action,
+            ));
+        }
+        let answer = self
+            .call(kind, body, ttl)
+            .await
+            .map_err(|f| self.failed(f, action))?;
+        let reply: Result<T, W> = postcard::from_bytes(&answer).map_err(|e| {
+            self.failed(
+                Failure::Network(format!("unreadable {action} answer: {e}")),
+                action,
+            )
+        })?;
+        reply.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.peer.clone(),
+                e.into(),
+            ))
+        })
+    }
+
+    fn failed<E: std::error::Error>(&self, failure: Failure, action: RPCTypes) -> RpcError<E> {
+        match failure {
+            Failure::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&Message(m))),
+            Failure::Network(m) => RPCError::Network(NetworkError::new(&Message(m))),
+            Failure::Timeout(timeout) => RPCError::Timeout(Timeout {
+                action,
+                id: self.me,
+                target: self.target,
+                timeout,
+            }),
+        }
+    }
+}
+
+/// One call, run to the transport's own bounds; records whether the peer was reached.
+async fn exchange(
+    rpc: Arc<Rpc>,
+    peer: Peer,
+    link: Arc<Link>,
+    kind: u16,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, Failure> {
+    let result = match resolve(&peer.addr).await {
+        Ok(addr) => rpc
+            .call(&peer.name, addr, kind, body)
+            .await
+            .map_err(classify),
+        Err(e) => Err((Failure::Unreachable(e), false)),
+    };
+    let now = Instant::now();
+    match result {
+        Ok(answer) => {
+            link.record(&peer.addr, Ok(()), now);
+            Ok(answer)
+        }
+        Err((failure, reached)) => {
+            let why = match &failure {
+                Failure::Unreachable(m) | Failure::Network(m) => m.clone(),
+                Failure::Timeout(d) => format!("timed out after {d:?}"),
+            };
+            link.record(&peer.addr, if reached { Ok(()) } else { Err(&why) }, now);
+            Err(failure)
+        }
+    }
+}
+
+/// The first address `addr` (`host:port`) resolves to.
+pub(crate) async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    match tokio::net::lookup_host(addr).await {
+        Ok(mut found) => found
+            .next()
+            .ok_or_else(|| format!("{addr} resolves to no address")),
+        Err(e) => Err(format!("cannot resolve {addr}: {e}")),
+    }
+}
+
+/// What a failed call means for Raft, and whether the peer answered at all.
+fn classify(e: rpc::RpcError) -> (Failure, bool) {
+    match e {
+        rpc::RpcError::Remote { .. } => (Failure::Network(e.to_string()), true),
+        rpc::RpcError::Transport(ref t)
+            if t.is_retryable() || matches!(t, TransportError::Closed) =>
+        {
+            (Failure::Unreachable(e.to_string()), false)
+        }
+        // Certificate refusals and broken answers: the peer is not usable, but retrying
+        // at once will not help either; the link's backoff spaces the attempts.
+        other => (Failure::Network(other.to_string()), false),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Client {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse, RpcError> {
+        let entries = rpc.entries.len() as u64;
+        if entries > 1 {
+            let size = postcard::experimental::serialized_size(&rpc).unwrap_or(usize::MAX);
+            if size > self.max_payload {
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
+                ));
+            }
+        }
+        self.request::<_, _, Fatal, _>(
+            kinds::APPEND_ENTRIES,
+            RPCTypes::AppendEntries,
+            &rpc,
+            option.hard_ttl(),
+        )
+        .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
+        self.request::<_, _, RaftError<InstallSnapshotError>, _>(
+            kinds::INSTALL_SNAPSHOT,
+            RPCTypes::InstallSnapshot,
+            &rpc,
+            option.hard_ttl(),
+        )
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RpcError> {
+        self.request::<_, _, Fatal, _>(kinds::VOTE, RPCTypes::Vote, &rpc, option.hard_ttl())
+            .await
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new((1..).map(link::backoff))
+    }
+}

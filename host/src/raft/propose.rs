@@ -1,0 +1,204 @@
+//! Proposals: committing a command wherever it is proposed.
+//!
+//! Only the leader appends to the log. A proposal made on the leader goes straight to
+//! openraft's `client_write`; one made on a follower is forwarded to the leader it knows
+//! (kind PROPOSE), which commits it and answers the state machine's [`Response`].
+//!
+//! **Retries are safe only when the command certainly was not appended.** Leaders change
+//! (the leader dies, a partition heals), and a proposal retries, within
+//! `propose_timeout`, exactly when it knows the command is not in anyone's log:
+//! no leader known yet, the target said it is not the leader (it checked before
+//! appending, or openraft told it the entry was truncated), or the request was never
+//! sent (the dial failed). A request that was sent and then lost its answer (connection
+//! lost, timeout) may have been committed: that is [`ProposeError::Unknown`], and the
+//! caller decides (re-read the state, or resend a command that is safe to repeat).
+//!
+//! Commands larger than a quarter of the Raft message limit are refused up front, so
+//! every entry fits a replication message on its own.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::RaftError as OpenRaftError;
+
+use super::Shared;
+use super::error::ProposeError;
+use super::kinds::{PROPOSE, ProposeReply};
+use super::network::resolve;
+use super::types::{ClientWriteError, Peer};
+use crate::cluster::{Command, Response};
+use crate::rpc::RpcError;
+use crate::transport::TransportError;
+
+/// The first wait before retrying; it doubles up to [`MAX_RETRY_WAIT`].
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
+const MAX_RETRY_WAIT: Duration = Duration::from_millis(500);
+
+/// One attempt's outcome.
+enum Attempt {
+    Done(Result<Response, ProposeError>),
+    /// Certainly not appended; try again (after a leader change or a short wait).
+    Retry(String),
+}
+
+impl Shared {
+    /// See [`super::Control::propose`].
+    pub(crate) async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        let max = self.options.max_command();
+        let len = postcard::experimental::serialized_size(&command)
+            .map_err(|e| ProposeError::Refused(format!("cannot encode the command: {e}")))?;
+        if len > max {
+            return Err(ProposeError::TooLarge { len, max });
+        }
+        let started = Instant::now();
+        let deadline = started + self.options.propose_timeout;
+        let mut metrics = self.metrics.clone();
+        let mut wait = FIRST_RETRY_WAIT;
+        loop {
+            let attempt = match self.leader() {
+                Some((id, _)) if id == self.me => self.write_locally(&command, deadline).await,
+                Some((_, leader)) => self.forward(&leader, &command, deadline).await,
+                None => Attempt::Retry("no leader is known".into()),
+            };
+            let last = match attempt {
+                Attempt::Done(result) => return result,
+                Attempt::Retry(why) => why,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ProposeError::NoLeader {
+                    waited: now - started,
+                    last,
+                });
+            }
+            tracing::debug!(event = crate::events::CONTROL_ERROR, %last, "proposal not taken; retrying");
+            // A leader change wakes us at once; otherwise retry after a growing wait.
+            metrics.borrow_and_update();
+            let until = (now + wait).min(deadline);
+            tokio::select! {
+                _ = metrics.changed() => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+            wait = (wait * 2).min(MAX_RETRY_WAIT);
+        }
+    }
+
+    /// Commits on this node, the leader.
+    async fn write_locally(&self, command: &Command, deadline: Instant) -> Attempt {
+        let write = self.raft.client_write(command.clone());
+        match tokio::time::timeout_at(deadline.into(), write).await {
+            Ok(Ok(written)) => Attempt::Done(Ok(written.data)),
+            Ok(Err(OpenRaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                Attempt::Retry("this node is no longer the leader".into())
+            }
+            Ok(Err(OpenRaftError::APIError(e))) => {
+                Attempt::Done(Err(ProposeError::Refused(e.to_string())))
+            }
+            Ok(Err(OpenRaftError::Fatal(f))) => {
+                Attempt::Done(Err(ProposeError::Stopped(f.to_string())))
+            }
+            Err(_) => Attempt::Done(Err(ProposeError::Unknown(
+                "appended but not committed within the bound".into(),
+            ))),
+        }
+    }
+
+    /// Sends the command to `leader`.
+    async fn forward(&self, leader: &Peer, command: &Command, deadline: Instant) -> Attempt {
+        let Some(attached) = self.endpoint.get() else {
+            return Attempt::Done(Err(ProposeError::Stopped(
+                "the RPC endpoint is not attached".into(),
+            )));
+        };
+        let addr = match resolve(&leader.addr).await {
+            Ok(addr) => addr,
+            Err(e) => return Attempt::Retry(e),
+        };
+        let body = match postcard::to_allocvec(command) {
+            Ok(body) => body,
+            Err(e) => {
+                return Attempt::Done(Err(ProposeError::Refused(format!(
+                    "cannot encode the command: {e}"
+                ))));
+            }
+        };
+        let call = attached.rpc.call(&leader.name, addr, PROPOSE, body);
+        let answer = match tokio::time::timeout_at(deadline.into(), call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                return Attempt::Done(Err(ProposeError::Unknown(format!(
+                    "no answer from the leader {leader} within the bound"
+                ))));
+            }
+        };
+        match answer {
+            Ok(bytes) => match postcard::from_bytes::<ProposeReply>(&bytes) {
+                Ok(ProposeReply::Applied(response)) => Attempt::Done(Ok(response)),
+                Ok(ProposeReply::NotLeader { .. }) => {
+                    Attempt::Retry(format!("{} is not the leader", leader.name))
+                }
+                Ok(ProposeReply::Refused(m)) => Attempt::Done(Err(ProposeError::Refused(m))),
+                Ok(ProposeReply::Failed(m)) => Attempt::Done(Err(ProposeError::Unknown(m))),
+                Err(e) => Attempt::Done(Err(ProposeError::Unknown(format!(
+                    "unreadable answer from {leader}: {e}"
+                )))),
+            },
+            Err(RpcError::Transport(TransportError::Closed)) => Attempt::Done(Err(
+                ProposeError::Stopped("the RPC endpoint is closed".into()),
+            )),
+            Err(e) if not_sent(&e) => Attempt::Retry(e.to_string()),
+            // The peer refused the envelope or could not read the request: not acted on.
+            Err(RpcError::Remote { message, .. }) => {
+                Attempt::Done(Err(ProposeError::Refused(message)))
+            }
+            Err(e) => Attempt::Done(Err(ProposeError::Unknown(e.to_string()))),
+        }
+    }
+
+    /// Answers a PROPOSE from node `from`.
+    pub(crate) async fn serve_propose(
+        self: &Arc<Self>,
+        from: &str,
+        command: Command,
+    ) -> ProposeReply {
+        if !self.is_member(from) {
+            return ProposeReply::Refused(format!("{from} is not a member of the Raft group"));
+        }
+        if !self.is_leader() {
+            return ProposeReply::NotLeader {
+                leader: self.leader().map(|(_, p)| p),
+            };
+        }
+        let write = self.raft.client_write(command);
+        match tokio::time::timeout(self.options.propose_timeout, write).await {
+            Ok(Ok(written)) => ProposeReply::Applied(written.data),
+            Ok(Err(OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                ProposeReply::NotLeader {
+                    leader: f.leader_node,
+                }
+            }
+            Ok(Err(OpenRaftError::APIError(e))) => ProposeReply::Refused(e.to_string()),
+            Ok(Err(OpenRaftError::Fatal(f))) => ProposeReply::Failed(f.to_string()),
+            Err(_) => ProposeReply::Failed("appended but not committed within the bound".into()),
+        }
+    }
+}
+
+/// Whether a failed call certainly did not reach the peer's service.
+fn not_sent(e: &RpcError) -> bool {
+    match e {
+        RpcError::Transport(t) => matches!(
+            t,
+            TransportError::DialTimeout { .. }
+                | TransportError::Connect { .. }
+                | TransportError::PeerRejected { .. }
+                | TransportError::RejectedByPeer { .. }
+                | TransportError::WrongPeer { .. }
+                | TransportError::InvalidPeer { .. }
+                | TransportError::TooLarge { .. }
+        ),
+        RpcError::NotANode { .. } => true,
+        // Sent, or failed after sending: the answer was lost or refused.
+        _ => false,
+    }
+}

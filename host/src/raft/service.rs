@@ -1,0 +1,127 @@
+//! [`RaftService`]: answers the control plane's message kinds on the node's RPC endpoint.
+//!
+//! The RPC layer has already checked the envelope: the sender is an authenticated node.
+//! What is checked here is what only Raft can know:
+//! - a Raft message must come from the node it names as its sender (the leader id in an
+//!   AppendEntries or InstallSnapshot, the candidate in a vote), so one node cannot speak
+//!   for another;
+//! - a proposal must come from a member of the group, and a join from the joining node
+//!   itself (or, forwarded, from a member).
+//!
+//! Raft messages go to the local openraft instance and their answers go back as postcard
+//! `Result`s (a Raft error, such as "shutting down", is an answer, not a failed call).
+//! A payload that cannot be decoded, or a forbidden sender, is an `Err` of the call: the
+//! request was not acted on. Every kind this module does not own goes to the fallback
+//! service the node provided (its sessions and other kinds, `kinds::NODE_KINDS`).
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Shared;
+use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
+use super::types::{
+    AppendEntriesRequest, Fatal, InstallSnapshotRequest, NodeId, Peer, RaftError, VoteRequest,
+    node_id,
+};
+use crate::cluster::Command;
+use crate::rpc::Service;
+use crate::runtime::BoxFuture;
+use crate::transport::PeerInfo;
+
+/// The node's RPC service with the control plane in front of the node's own.
+pub struct RaftService {
+    shared: Arc<Shared>,
+    fallback: Arc<dyn Service>,
+}
+
+impl RaftService {
+    pub(crate) fn new(shared: Arc<Shared>, fallback: Arc<dyn Service>) -> RaftService {
+        RaftService { shared, fallback }
+    }
+}
+
+impl Service for RaftService {
+    fn call(
+        &self,
+        from: &PeerInfo,
+        kind: u16,
+        payload: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        if !kinds::is_control(kind) {
+            return self.fallback.call(from, kind, payload);
+        }
+        let shared = self.shared.clone();
+        let from = from.identity.name.clone();
+        Box::pin(async move { shared.answer(&from, kind, &payload).await })
+    }
+}
+
+impl Shared {
+    /// Answers one control plane message of `kind` from node `from`.
+    async fn answer(
+        self: &Arc<Self>,
+        from: &str,
+        kind: u16,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, String> {
+        match kind {
+            APPEND_ENTRIES => {
+                let request: AppendEntriesRequest = decode(kind, payload)?;
+                check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+                let answer = self.raft.append_entries(request).await.map_err(fatal);
+                encode(&answer)
+            }
+            VOTE => {
+                let request: VoteRequest = decode(kind, payload)?;
+                check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
+                let answer = self.raft.vote(request).await.map_err(fatal);
+                encode(&answer)
+            }
+            INSTALL_SNAPSHOT => {
+                let request: InstallSnapshotRequest = decode(kind, payload)?;
+                check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
+                let answer = self.raft.install_snapshot(request).await;
+                encode(&answer)
+            }
+            PROPOSE => {
+                let command: Command = decode(kind, payload)?;
+                encode(&self.serve_propose(from, command).await)
+            }
+            JOIN => {
+                let peer: Peer = decode(kind, payload)?;
+                encode(&self.serve_join(from, peer).await)
+            }
+            other => Err(format!("kind {other} is not a control plane message")),
+        }
+    }
+}
+
+/// A Raft error without an API part is a fatal one.
+fn fatal(e: RaftError) -> Fatal {
+    match e {
+        RaftError::Fatal(f) => f,
+        RaftError::APIError(never) => match never {},
+    }
+}
+
+/// Refuses a Raft message whose claimed sender is not the node that sent it.
+fn check_sender(from: &str, claimed: Option<NodeId>, what: &str) -> Result<(), String> {
+    if claimed == Some(node_id(from)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "a {what} from {from} (node id {}) names node id {claimed:?} as its sender",
+            node_id(from)
+        ))
+    }
+}
+
+fn decode<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
+    postcard::from_bytes(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
+}
+
+fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {
+    postcard::to_allocvec(answer).map_err(|e| format!("cannot encode the answer: {e}"))
+}

@@ -1,0 +1,263 @@
+//! The replicated [`Cluster`] as openraft's state machine, with snapshots on redb.
+//!
+//! **In memory, snapshotted to disk.** The applied `Cluster` lives in memory behind an
+//! `RwLock` that the node reads (placement, status, the plugin state backend). Applying an
+//! entry writes nothing to disk: the log already holds it. What is persisted is the
+//! snapshot: `(last applied log id, last membership, Cluster)` in postcard, written to the
+//! `snapshot` table of `raft.redb` whenever openraft builds one (every
+//! `snapshot_logs` entries) or installs one sent by the leader. On open, the last snapshot
+//! is loaded; openraft then re-applies the log after it (up to the persisted committed
+//! pointer, and the rest once the leader confirms it). Because [`Cluster::apply`] is
+//! deterministic, the replay rebuilds exactly the state the node had, fencing tokens
+//! (log indexes) included.
+//!
+//! openraft purges only log entries that a snapshot covers, so a snapshot plus the log
+//! after it is always the whole history.
+//!
+//! **Applied index.** A `watch` channel carries the index of the last applied entry, so
+//! the node can wait for "my proposal, or a change, has been applied here" without
+//! polling.
+//!
+//! Blank and membership entries change no `Cluster` state and answer `Response::Done`;
+//! a membership entry is remembered as the last membership, which openraft asks for.
+
+// openraft's storage traits fix the error type to its `StorageError` (224 bytes); the
+// helpers here return the same type rather than convert at every call.
+#![allow(clippy::result_large_err)]
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use redb::{Database, Durability, ReadableDatabase};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::db::{self, CURRENT, SNAPSHOT};
+use super::types::{
+    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+use crate::cluster::{Cluster, Response};
+
+/// The applied state, shared with the readers of [`super::Control`].
+pub struct StateMachine {
+    db: Arc<Database>,
+    cluster: Arc<RwLock<Cluster>>,
+    applied_index: watch::Sender<u64>,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+/// A snapshot's content: everything needed to resume applying after it.
+#[derive(Serialize, Deserialize)]
+struct Image {
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    cluster: Cluster,
+}
+
+/// [`Image`] borrowing the cluster, to serialize it under the read lock without a copy
+/// (the same postcard layout).
+#[derive(Serialize)]
+struct ImageRef<'a> {
+    applied: &'a Option<LogId>,
+    membership: &'a StoredMembership,
+    cluster: &'a Cluster,
+}
+
+/// What the `snapshot` table holds.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+impl StateMachine {
+    /// Opens the state machine on `db`, restoring the last snapshot if there is one.
+    pub(crate) fn open(db: Arc<Database>) -> Result<StateMachine, StorageError> {
+        let stored = load(&db)?;
+        let (applied, membership, cluster) = match stored {
+            Some(stored) => {
+                let image: Image = db::decode(&stored.data)?;
+                (image.applied, image.membership, image.cluster)
+            }
+            None => (None, StoredMembership::default(), Cluster::default()),
+        };
+        let (applied_index, _) = watch::channel(applied.as_ref().map_or(0, |id| id.index));
+        Ok(StateMachine {
+            db,
+            cluster: Arc::new(RwLock::new(cluster)),
+            applied_index,
+            applied,
+            membership,
+        })
+    }
+
+    /// The applied cluster state.
+    pub(crate) fn cluster(&self) -> Arc<RwLock<Cluster>> {
+        self.cluster.clone()
+    }
+
+    /// The index of the last applied entry, updated after each applied batch.
+    pub(crate) fn applied_index(&self) -> watch::Receiver<u64> {
+        self.applied_index.subscribe()
+    }
+
+    fn publish(&self) {
+        let index = self.applied.as_ref().map_or(0, |id| id.index);
+        self.applied_index.send_replace(index);
+    }
+}
+
+/// The stored snapshot, if any.
+fn load(db: &Database) -> Result<Option<Stored>, StorageError> {
+    let tx = db.begin_read().map_err(db::read)?;
+    let table = tx.open_table(SNAPSHOT).map_err(db::read)?;
+    let value = table.get(CURRENT).map_err(db::read)?;
+    value.map(|v| db::decode(v.value())).transpose()
+}
+
+/// Stores `stored` as the current snapshot, durably.
+async fn save(db: Arc<Database>, stored: &Stored) -> Result<(), StorageError> {
+    let bytes = db::encode(stored)?;
+    db::blocking(move || {
+        let mut tx = db.begin_write().map_err(db::write)?;
+        tx.set_durability(Durability::Immediate)
+            .map_err(db::write)?;
+        {
+            let mut table = tx.open_table(SNAPSHOT).map_err(db::write)?;
+            table.insert(CURRENT, bytes.as_slice()).map_err(db::write)?;
+        }
+        tx.commit().map_err(db::write)
+    })
+    .await
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Builder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut responses = Vec::new();
+        {
+            let mut cluster = self.cluster.write().unwrap_or_else(PoisonError::into_inner);
+            for entry in entries {
+                let log_id = entry.log_id;
+                let response = match entry.payload {
+                    EntryPayload::Blank => Response::Done,
+                    EntryPayload::Normal(command) => {
+                        cluster.apply(log_id.index, log_id.leader_id.term, command)
+                    }
+                    EntryPayload::Membership(membership) => {
+                        self.membership = StoredMembership::new(Some(log_id), membership);
+                        Response::Done
+                    }
+                };
+                self.applied = Some(log_id);
+                responses.push(response);
+            }
+        }
+        self.publish();
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Builder {
+        // Serialized now, under the read lock: the snapshot is the state at this point,
+        // whatever is applied while it is being written.
+        let data = {
+            let cluster = self.cluster.read().unwrap_or_else(PoisonError::into_inner);
+            db::encode(&ImageRef {
+                applied: &self.applied,
+                membership: &self.membership,
+                cluster: &cluster,
+            })
+        };
+        Builder {
+            db: self.db.clone(),
+            applied: self.applied,
+            membership: self.membership.clone(),
+            data,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let image: Image = db::decode(&data)?;
+        if image.applied != meta.last_log_id {
+            return Err(db::read(format!(
+                "the snapshot's data is at {:?} but its metadata says {:?}",
+                image.applied, meta.last_log_id
+            )));
+        }
+        save(
+            self.db.clone(),
+            &Stored {
+                meta: meta.clone(),
+                data,
+            },
+        )
+        .await?;
+        *self.cluster.write().unwrap_or_else(PoisonError::into_inner) = image.cluster;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        Ok(load(&self.db)?.map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        }))
+    }
+}
+
+/// Writes a snapshot of the state captured by `get_snapshot_builder`.
+pub struct Builder {
+    db: Arc<Database>,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    data: Result<Vec<u8>, StorageError>,
+}
+
+/// Distinguishes snapshots built at the same log id (openraft uses the id to tell
+/// transfers apart).
+static BUILT: AtomicU64 = AtomicU64::new(0);
+
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let data = std::mem::replace(&mut self.data, Ok(Vec::new()))?;
+        let at = match &self.applied {
+            Some(id) => format!("{}-{}", id.leader_id.term, id.index),
+            None => "0-0".to_owned(),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: format!("{at}-{}", BUILT.fetch_add(1, Ordering::Relaxed)),
+        };
+        let stored = Stored { meta, data };
+        save(self.db.clone(), &stored).await?;
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
+    }
+}

@@ -1,0 +1,629 @@
+//! Tests of the control plane: openraft's storage suite on our log store and state
+//! machine, and whole Raft groups in process, over the real signed QUIC calls on
+//! loopback, with certificates from the PKI module. Nodes are stopped and restarted from
+//! their data directories (on new ports, so membership addresses change). Every
+//! condition is awaited with a bound (`wait_until`), never slept for.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tempfile::TempDir;
+
+use super::*;
+use crate::cluster::{Command, Response};
+use crate::rpc::Rpc;
+use crate::runtime::BoxFuture;
+use crate::transport::PeerInfo;
+use crate::transport::tests::{Certs, config, init_logs, wait_until};
+
+/// Answers every kind the control plane does not own with an error.
+struct NoFallback;
+
+impl Service for NoFallback {
+    fn call(&self, _: &PeerInfo, kind: u16, _: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
+        Box::pin(async move { Err(format!("no service for kind {kind}")) })
+    }
+}
+
+/// Incarnations grow across every start in the process, as across a node's runs.
+static INCARNATION: AtomicU64 = AtomicU64::new(1);
+
+/// One running node.
+struct Node {
+    control: Control,
+    rpc: Arc<Rpc>,
+    addr: String,
+}
+
+/// A Raft group under test: certificates, data directories, running nodes.
+struct Group {
+    certs: Certs,
+    dir: TempDir,
+    nodes: BTreeMap<String, Node>,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            certs: Certs::new(),
+            dir: TempDir::new().unwrap(),
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    /// The options tests use: the defaults, with bounds generous for a loaded machine.
+    fn options(&self, name: &str) -> ControlOptions {
+        let mut options = ControlOptions::new(self.dir.path().join(name), name);
+        options.join_timeout = Duration::from_secs(20);
+        options.propose_timeout = Duration::from_secs(10);
+        options
+    }
+
+    /// Opens node `name` from its data directory (fresh or not) on a new port.
+    async fn start(&mut self, name: &str, options: ControlOptions) {
+        let (control, service) = Control::open(options, Arc::new(NoFallback)).await.unwrap();
+        let incarnation = INCARNATION.fetch_add(1, Ordering::Relaxed);
+        let rpc = Rpc::bind(config(), self.certs.node(name), incarnation, service)
+            .await
+            .unwrap();
+        let rpc = Arc::new(rpc);
+        let addr = rpc.local_addr().unwrap().to_string();
+        control.attach(rpc.clone(), addr.clone()).unwrap();
+        tracing::info!(name, %addr, "node started");
+        self.nodes
+            .insert(name.to_owned(), Node { control, rpc, addr });
+    }
+
+    /// Starts every node of `names` with the test options and bootstraps them together.
+    async fn bootstrap(&mut self, names: &[&str], voters: usize) {
+        for name in names {
+            let mut options = self.options(name);
+            options.voters = voters;
+            self.start(name, options).await;
+        }
+        let members: BTreeMap<String, String> = names
+            .iter()
+            .map(|n| (n.to_string(), self.node(n).addr.clone()))
+            .collect();
+        for name in names {
+            self.node(name).control.bootstrap(&members).await.unwrap();
+        }
+    }
+
+    /// Stops node `name` the way the node does: Raft first, then the endpoint.
+    async fn stop(&mut self, name: &str) {
+        let node = self.nodes.remove(name).unwrap();
+        node.control.shutdown().await;
+        node.rpc.close().await;
+        tracing::info!(name, "node stopped");
+    }
+
+    fn node(&self, name: &str) -> &Node {
+        &self.nodes[name]
+    }
+
+    fn control(&self, name: &str) -> &Control {
+        &self.node(name).control
+    }
+
+    /// The address list `join` takes, for `names`.
+    fn via(&self, names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), self.node(n).addr.clone()))
+            .collect()
+    }
+
+    /// Waits until every node of `names` knows the same leader, one of `names`.
+    async fn leader(&self, names: &[&str]) -> String {
+        let agreed = || {
+            let leaders: Vec<_> = names.iter().map(|n| self.control(n).leader()).collect();
+            match &leaders[0] {
+                Some((leader, _)) if names.contains(&leader.as_str()) => leaders
+                    .iter()
+                    .all(|l| l.as_ref().map(|(n, _)| n) == Some(leader))
+                    .then(|| leader.clone()),
+                _ => None,
+            }
+        };
+        wait_until(&format!("{names:?} to agree on a leader"), || {
+            agreed().is_some()
+        })
+        .await;
+        agreed().unwrap()
+    }
+
+    /// Waits until every node of `names` has applied the same index and holds the same
+    /// state.
+    async fn converge(&self, names: &[&str]) {
+        wait_until(&format!("{names:?} to converge"), || {
+            let applied: Vec<u64> = names
+                .iter()
+                .map(|n| *self.control(n).applied().borrow())
+                .collect();
+            let states: Vec<_> = names
+                .iter()
+                .map(|n| self.control(n).state().read().unwrap().clone())
+                .collect();
+            applied.iter().all(|a| *a == applied[0]) && states.iter().all(|s| *s == states[0])
+        })
+        .await;
+    }
+
+    /// Stops every node; the endpoints close together, so that no connection waits for a
+    /// peer that is already gone.
+    async fn shutdown(self) {
+        for node in self.nodes.values() {
+            node.control.shutdown().await;
+        }
+        let closing: Vec<_> = self
+            .nodes
+            .values()
+            .map(|node| {
+                let rpc = node.rpc.clone();
+                tokio::spawn(async move { rpc.close().await })
+            })
+            .collect();
+        for close in closing {
+            close.await.unwrap();
+        }
+    }
+}
+
+fn join_command(node: &str) -> Command {
+    Command::Join {
+        node: node.into(),
+        addr: format!("{node}.example:7400"),
+        labels: BTreeMap::new(),
+    }
+}
+
+/// Index of the last applied entry according to Raft's metrics.
+fn last_applied(control: &Control) -> u64 {
+    control
+        .metrics()
+        .borrow()
+        .last_applied
+        .as_ref()
+        .map_or(0, |id| id.index)
+}
+
+/// Opens fresh stores in a temporary directory for openraft's suite.
+struct FreshStores;
+
+impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for FreshStores {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), types::StorageError> {
+        let dir = TempDir::new().map_err(db::write)?;
+        let db = db::open(dir.path()).await.map_err(db::write)?;
+        let sm = StateMachine::open(db.clone())?;
+        Ok((dir, LogStore::new(db, 1 << 20), sm))
+    }
+}
+
+#[test]
+fn storage_passes_the_openraft_suite() {
+    init_logs();
+    openraft::testing::Suite::test_all(FreshStores).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    assert!(group.control(&leader).is_leader());
+    assert!(group.control(&leader).term() > 0);
+    assert_eq!(group.control("n1").members().voters.len(), 3);
+
+    // A proposal on a follower is forwarded to the leader and applied everywhere.
+    let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
+    for name in all {
+        let answer = group.control(&follower).propose(join_command(name)).await;
+        assert_eq!(answer, Ok(Response::Done));
+    }
+    group.converge(&all).await;
+    assert_eq!(group.control("n3").state().read().unwrap().members.len(), 3);
+
+    // The leader goes away: the others elect a new one and take proposals again.
+    let old_leader = leader.clone();
+    group.stop(&old_leader).await;
+    let rest: Vec<&str> = all.iter().copied().filter(|n| *n != old_leader).collect();
+    let leader = group.leader(&rest).await;
+    assert_ne!(leader, old_leader);
+    for name in &rest {
+        let answer = group.control(name).propose(join_command("late")).await;
+        assert_eq!(answer, Ok(Response::Done));
+    }
+    group.converge(&rest).await;
+
+    // The old leader comes back from its data directory, on a new port: it updates its
+    // address through a join and catches up.
+    let old_addr = group.control(&leader).members().voters[&old_leader].clone();
+    group.start(&old_leader, group.options(&old_leader)).await;
+    group
+        .control(&old_leader)
+        .join(&group.via(&rest))
+        .await
+        .unwrap();
+    let new_addr = group.node(&old_leader).addr.clone();
+    assert_ne!(new_addr, old_addr);
+    wait_until("the leader to record the new address", || {
+        group
+            .nodes
+            .values()
+            .filter_map(|n| n.control.is_leader().then(|| n.control.members()))
+            .any(|m| m.voters.get(&old_leader) == Some(&new_addr))
+    })
+    .await;
+    let answer = group
+        .control(&old_leader)
+        .propose(join_command("again"))
+        .await;
+    assert_eq!(answer, Ok(Response::Done));
+    group.converge(&all).await;
+    assert!(
+        group
+            .control(&old_leader)
+            .state()
+            .read()
+            .unwrap()
+            .members
+            .contains_key("again")
+    );
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_becomes_a_learner_then_a_voter_up_to_the_target() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 3).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    let follower = if leader == "n1" { "n2" } else { "n1" };
+    let answer = group.control(&leader).propose(join_command("n1")).await;
+    assert_eq!(answer, Ok(Response::Done));
+
+    // n3 is not a member yet: the leader refuses its proposals.
+    let options = group.options("n3");
+    group.start("n3", options).await;
+    let outsider = group.node("n3").rpc.clone();
+    let leader_addr = group.node(&leader).addr.parse().unwrap();
+    let reply = outsider
+        .call(
+            &leader,
+            leader_addr,
+            PROPOSE,
+            postcard::to_allocvec(&join_command("x")).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(postcard::from_bytes(&reply), Ok(ProposeReply::Refused(_))),
+        "{:?}",
+        postcard::from_bytes::<ProposeReply>(&reply)
+    );
+
+    // n3 joins through the follower, which forwards to the leader: it is promoted,
+    // since there are fewer voters than 3.
+    group
+        .control("n3")
+        .join(&group.via(&[follower]))
+        .await
+        .unwrap();
+    wait_until("n3 to become a voter", || {
+        group.control(&leader).members().voters.contains_key("n3")
+    })
+    .await;
+    let answer = group.control("n3").propose(join_command("n3")).await;
+    assert_eq!(answer, Ok(Response::Done));
+    group.converge(&["n1", "n2", "n3"]).await;
+
+    // n4 joins too, but the group has its 3 voters: it stays a learner, with the state.
+    let options = group.options("n4");
+    group.start("n4", options).await;
+    group.control("n4").join(&group.via(&["n3"])).await.unwrap();
+    let answer = group.control("n4").propose(join_command("n4")).await;
+    assert_eq!(answer, Ok(Response::Done));
+    group.converge(&["n1", "n2", "n3", "n4"]).await;
+    let members = group.control(&leader).members();
+    assert_eq!(
+        members.voters.keys().collect::<Vec<_>>(),
+        ["n1", "n2", "n3"]
+    );
+    assert_eq!(members.learners.keys().collect::<Vec<_>>(), ["n4"]);
+    assert_eq!(group.control("n4").members(), members);
+
+    // Joining again is idempotent.
+    group
+        .control("n4")
+        .join(&group.via(&[&leader]))
+        .await
+        .unwrap();
+    assert_eq!(group.control(&leader).members(), members);
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_logs() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    let small = |group: &Group, name: &str| {
+        let mut options = group.options(name);
+        options.snapshot_logs = 10;
+        options.keep_logs = 0;
+        options
+    };
+    for name in all {
+        let options = small(&group, name);
+        group.start(name, options).await;
+    }
+    let members: BTreeMap<String, String> = all
+        .iter()
+        .map(|n| (n.to_string(), group.node(n).addr.clone()))
+        .collect();
+    for name in all {
+        group.control(name).bootstrap(&members).await.unwrap();
+    }
+    let leader = group.leader(&all).await;
+    let down = all.iter().find(|n| **n != leader).unwrap().to_string();
+
+    // Enough entries for snapshots, and some after the follower's last one.
+    let mut i = 0;
+    loop {
+        i += 1;
+        let answer = group
+            .control(&leader)
+            .propose(join_command(&format!("a{i}")))
+            .await;
+        assert_eq!(answer, Ok(Response::Done));
+        if i < 25 {
+            continue;
+        }
+        group.converge(&all).await;
+        let metrics = group.control(&down).metrics().borrow().clone();
+        let snapshot = metrics.snapshot.as_ref().map_or(0, |id| id.index);
+        if snapshot > 0 && last_applied(group.control(&down)) > snapshot {
+            break;
+        }
+        assert!(
+            i < 60,
+            "no snapshot on {down} after {i} entries: {metrics:?}"
+        );
+    }
+    let before = group.control(&down).state().read().unwrap().clone();
+    let applied_before = *group.control(&down).applied().borrow();
+
+    // Restart the follower with no network at all: its state comes back from its own
+    // snapshot plus its log.
+    group.stop(&down).await;
+    let (alone, _service) = Control::open(small(&group, &down), Arc::new(NoFallback))
+        .await
+        .unwrap();
+    let snapshot = || {
+        let metrics = alone.metrics().borrow().clone();
+        metrics.snapshot.as_ref().map_or(0, |id| id.index)
+    };
+    wait_until("the restarted node to report its snapshot", || {
+        snapshot() > 0
+    })
+    .await;
+    assert!(
+        snapshot() < applied_before,
+        "{} {applied_before}",
+        snapshot()
+    );
+    let mut applied = alone.applied();
+    wait_until("the restarted node to replay its log", || {
+        *applied.borrow_and_update() == applied_before
+    })
+    .await;
+    assert_eq!(*alone.state().read().unwrap(), before);
+    alone.shutdown().await;
+
+    // While it is down, the others move on and purge the log it would need.
+    let rest: Vec<&str> = all.iter().copied().filter(|n| *n != down).collect();
+    let purged = |name: &str| {
+        let metrics = group.control(name).metrics().borrow().clone();
+        metrics.purged.as_ref().map_or(0, |id| id.index)
+    };
+    let mut j = 0;
+    while rest.iter().any(|n| purged(n) <= applied_before) {
+        j += 1;
+        assert!(
+            j <= 200,
+            "no purge past {applied_before} after {j} more entries"
+        );
+        let answer = group
+            .control(&leader)
+            .propose(join_command(&format!("b{j}")))
+            .await;
+        assert_eq!(answer, Ok(Response::Done));
+    }
+    group.converge(&rest).await;
+
+    // It returns on a new port and can only catch up from a snapshot.
+    let options = small(&group, &down);
+    group.start(&down, options).await;
+    group.control(&down).join(&group.via(&rest)).await.unwrap();
+    group.converge(&all).await;
+    let metrics = group.control(&down).metrics().borrow().clone();
+    assert!(
+        metrics.snapshot.as_ref().map_or(0, |id| id.index) > applied_before,
+        "{metrics:?}"
+    );
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_are_log_indexes_on_every_replica() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
+    let propose = |command| group.control(&follower).propose(command);
+    assert_eq!(propose(join_command(&follower)).await, Ok(Response::Done));
+    let Ok(Response::Session(session)) = propose(Command::OpenSession {
+        node: follower.clone(),
+        at_ms: 1,
+    })
+    .await
+    else {
+        panic!("no session")
+    };
+    let assign = || Command::Assign {
+        resource: "r".into(),
+        slot: 0,
+        node: follower.clone(),
+        session,
+        version: semver::Version::new(1, 0, 0),
+        digest: "sha256:00".into(),
+        at_ms: 2,
+    };
+    let Ok(Response::Granted { token, term }) = propose(assign()).await else {
+        panic!("not granted")
+    };
+    // Nothing else was proposed: the grant is the leader's last applied entry.
+    assert_eq!(last_applied(group.control(&leader)), token);
+    assert_eq!(term, group.control(&leader).term());
+    group.converge(&all).await;
+    for name in all {
+        let state = group.control(name).state().read().unwrap().clone();
+        let slot = state.slot("r", 0).unwrap();
+        assert_eq!(
+            (slot.token, slot.term, &slot.owner),
+            (token, term, &follower)
+        );
+    }
+
+    // The next grant of the slot has a greater token, again the same everywhere.
+    let release = Command::Release {
+        resource: "r".into(),
+        slot: 0,
+        token,
+        at_ms: 3,
+    };
+    assert_eq!(propose(release.clone()).await, Ok(Response::Done));
+    assert_eq!(propose(release).await, Ok(Response::Stale));
+    let Ok(Response::Granted { token: next, .. }) = propose(assign()).await else {
+        panic!("not granted again")
+    };
+    assert!(next > token);
+    group.converge(&all).await;
+    for name in all {
+        let state = group.control(name).state().read().unwrap().clone();
+        assert_eq!(state.slot("r", 0).unwrap().token, next);
+    }
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_and_calls_out_of_order_are_refused() {
+    init_logs();
+    let dir = TempDir::new().unwrap();
+    let mut options = ControlOptions::new(dir.path(), "n1");
+    options.voters = 8;
+    assert!(matches!(
+        Control::open(options, Arc::new(NoFallback)).await,
+        Err(ControlError::Options(_))
+    ));
+    let options = ControlOptions::new(dir.path(), "n1");
+    let (control, _) = Control::open(options, Arc::new(NoFallback)).await.unwrap();
+    let members = BTreeMap::from([("n1".to_string(), "127.0.0.1:1".to_string())]);
+    assert!(matches!(
+        control.bootstrap(&members).await,
+        Err(ControlError::NotAttached)
+    ));
+    assert!(matches!(
+        control
+            .propose(Command::SaveState {
+                resource: "r".into(),
+                slot: 0,
+                token: 1,
+                data: vec![0; 1 << 20],
+            })
+            .await,
+        Err(ProposeError::TooLarge { .. })
+    ));
+    control.shutdown().await;
+    assert!(Path::new(&dir.path().join(db::FILE)).exists());
+}
+
+/// Counts the warnings and errors that pass its filter.
+#[derive(Clone, Default)]
+struct Loud(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Loud {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        if *meta.level() <= tracing::Level::WARN {
+            let mut line = format!("{} {}", meta.level(), meta.target());
+            event.record(
+                &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                    line.push_str(&format!(" {}={value:?}", field.name()));
+                },
+            );
+            self.0.lock().unwrap().push(line);
+        }
+    }
+}
+
+/// A dead voter, while the leader takes proposals and checks its leadership (each check
+/// is a heartbeat round that includes the dead voter): openraft logs an error for each
+/// failed message; with `LOG_FILTER` what is left is our one line about the outage.
+#[test]
+fn an_unreachable_peer_does_not_flood_the_log() {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    let (raw, filtered) = (Loud::default(), Loud::default());
+    let subscriber = tracing_subscriber::registry()
+        .with(raw.clone().with_filter(EnvFilter::new("warn")))
+        .with(
+            filtered
+                .clone()
+                .with_filter(EnvFilter::new(format!("info,{LOG_FILTER}"))),
+        );
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // One thread, so that every task logs to the subscriber set for this thread.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut group = Group::new();
+        let all = ["n1", "n2", "n3"];
+        group.bootstrap(&all, 3).await;
+        let leader = group.leader(&all).await;
+        let dead = all.iter().find(|n| **n != leader).unwrap().to_string();
+        raw.0.lock().unwrap().clear();
+        filtered.0.lock().unwrap().clear();
+        group.stop(&dead).await;
+        for i in 0..40 {
+            let answer = group
+                .control(&leader)
+                .propose(join_command(&format!("x{i}")))
+                .await;
+            assert_eq!(answer, Ok(Response::Done));
+            group.control(&leader).ensure_leadership().await.unwrap();
+        }
+        group.shutdown().await;
+    });
+    let raw = raw.0.lock().unwrap().clone();
+    let filtered = filtered.0.lock().unwrap().clone();
+    println!(
+        "warnings and errors: {} unfiltered, {} with LOG_FILTER: {filtered:#?}",
+        raw.len(),
+        filtered.len()
+    );
+    assert!(
+        raw.len() >= 40,
+        "the flood this filter is for is gone? {raw:#?}"
+    );
+    assert!(filtered.len() <= 3, "{filtered:#?}");
+}
