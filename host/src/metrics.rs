@@ -198,12 +198,14 @@ async fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, Refusal> {
                 Ok(head)
             };
         }
+        // Look for the end only in what is new (and the 3 bytes before it).
+        let from = head.len().saturating_sub(3);
         head.extend_from_slice(&chunk[..n]);
-        if ends_head(&head) {
-            return Ok(head);
-        }
         if head.len() > MAX_REQUEST {
             return Err(Refusal::TooLarge);
+        }
+        if ends_head(&head[from..]) {
+            return Ok(head);
         }
     }
 }

@@ -344,10 +344,15 @@ async fn advertise_loop(
             plugins: current,
         };
         match shared.propose(command).await {
-            Ok(_) => {
+            Ok(crate::cluster::Response::Done) => {
                 if adverts.changed().await.is_err() {
                     return;
                 }
+            }
+            // Refused: this node's `Join` is not applied yet; retried below.
+            Ok(other) => {
+                tracing::debug!(event = events::CONTROL_ERROR, answer = ?other, "the plugins are not advertised yet");
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(error) => {
                 tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot advertise the plugins yet");

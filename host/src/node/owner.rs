@@ -9,8 +9,8 @@
 //! - running and marked releasing → stop it with the handover's reason (it cleans up,
 //!   then releases; only then is a successor assigned);
 //! - releasing but nothing runs it → release it (retried at most once a second);
-//! - a supervisor already ended under this token → never restarted under it (a release
-//!   or give-up is on its way, or the lease was lost).
+//! - a supervisor already ended under this token → never restarted under it; the slot is
+//!   released (retried at most once a second) so it is granted again with a new token.
 //!
 //! A running supervisor whose slot is no longer this node's (the session expired or was
 //! replaced) is stopped with `lease-lost`. Independently of all that, each supervisor's
@@ -116,7 +116,17 @@ impl Owner {
                 self.release_unattended(&key, slot.token);
                 continue;
             }
-            if self.ended.get(&key) == Some(&slot.token) || !start || !valid {
+            if self.ended.get(&key) == Some(&slot.token) {
+                // Its supervisor ended but the slot is still granted here: after a
+                // lease lapse the session survived (a renewal was acked in time), or a
+                // release or give-up was lost. Hand it back, so placement grants it
+                // again under a new token.
+                if valid {
+                    self.release_unattended(&key, slot.token);
+                }
+                continue;
+            }
+            if !start || !valid {
                 continue;
             }
             match plugins.get(&(resource.clone(), slot.digest.clone())) {

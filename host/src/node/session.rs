@@ -65,7 +65,10 @@ pub async fn keep(
 
         loop {
             let sent = Instant::now();
-            let answer = tokio::time::timeout(every, renew(&shared, &liveness, session)).await;
+            // Never wait past the deadline: its passing is reported when it happens.
+            let deadline = shared.with_lease(|l| l.deadline());
+            let wait = deadline.map_or(every, |d| every.min(d.saturating_duration_since(sent)));
+            let answer = tokio::time::timeout(wait, renew(&shared, &liveness, session)).await;
             match answer {
                 Ok(Ok(Renewed::Ok)) => {
                     shared.with_lease(|l| l.acked(session, sent));
@@ -88,8 +91,11 @@ pub async fn keep(
                 );
                 break;
             }
+            let next = shared
+                .with_lease(|l| l.deadline())
+                .map_or(sent + every, |d| (sent + every).min(d));
             tokio::select! {
-                _ = tokio::time::sleep_until((sent + every).into()) => {}
+                _ = tokio::time::sleep_until(next.into()) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }

@@ -255,7 +255,8 @@ async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
         group
             .nodes
             .values()
-            .filter_map(|n| n.control.is_leader().then(|| n.control.members()))
+            .filter(|n| n.control.is_leader())
+            .map(|n| n.control.members())
             .any(|m| m.voters.get(&old_leader) == Some(&new_addr))
     })
     .await;
@@ -519,6 +520,17 @@ async fn fencing_tokens_are_log_indexes_on_every_replica() {
     for name in all {
         let state = group.control(name).state().read().unwrap().clone();
         assert_eq!(state.slot("r", 0).unwrap().token, next);
+    }
+
+    // A leader that lost its quorum can no longer confirm its leadership (so it acks no
+    // session renewals).
+    group.control(&leader).ensure_leadership().await.unwrap();
+    for name in all.iter().filter(|n| **n != leader) {
+        group.stop(name).await;
+    }
+    match group.control(&leader).ensure_leadership().await {
+        Err(e @ ControlError::NotLeader(_)) => assert!(e.is_retryable()),
+        other => panic!("leadership confirmed without a quorum: {other:?}"),
     }
     group.shutdown().await;
 }
