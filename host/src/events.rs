@@ -24,7 +24,6 @@ pub const PLUGIN_RESTARTING: &str = "plugin.restarting";
 pub const PLUGIN_FAILED: &str = "plugin.failed";
 pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
 pub const OWNERSHIP_LOST: &str = "ownership.lost";
-pub const STORE_ERROR: &str = "store.error";
 
 /// A handshake, connection or stream refused for a transport reason (limit reached,
 /// malformed or oversized frame, too slow, peer aborted the handshake).
@@ -69,3 +68,6 @@ pub const CLUSTER_JOINED: &str = "cluster.joined";
 pub const CLUSTER_MEMBERSHIP: &str = "cluster.membership";
 /// A Raft peer became unreachable, or reachable again (`peer`, `addr`).
 pub const CLUSTER_PEER: &str = "cluster.peer";
+/// The node runs with a safety mechanism switched off on purpose (the fault checker's
+/// deliberately broken run).
+pub const NODE_UNSAFE: &str = "node.unsafe";

@@ -207,6 +207,11 @@ impl Cluster {
         &self.members[i].node
     }
 
+    /// Node `i`, to change how it is spawned next (e.g. [`Node::set_env`]).
+    pub fn node_mut(&mut self, i: usize) -> &mut Node {
+        &mut self.members[i].node
+    }
+
     /// Node `i`'s name.
     pub fn name(&self, i: usize) -> &str {
         &self.members[i].name

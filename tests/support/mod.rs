@@ -34,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 use tempfile::TempDir;
 
+pub mod checker;
 pub mod cluster;
 pub mod netns;
 
@@ -343,6 +344,8 @@ pub struct Node {
     config: Option<PathBuf>,
     /// A command that runs the node, e.g. `ip netns exec NS`: `tenure` becomes its argument.
     wrapper: Vec<OsString>,
+    /// Extra environment for the node's process (set after the harness clears `TENURE_*`).
+    env: Vec<(OsString, OsString)>,
     run: Option<Run>,
     /// The events of earlier runs, each run closed by an [`EXITED`] event.
     history: Vec<Value>,
@@ -363,6 +366,7 @@ impl Node {
             dir,
             config: None,
             wrapper: Vec::new(),
+            env: Vec::new(),
             run: None,
             history: Vec::new(),
         }
@@ -395,6 +399,12 @@ impl Node {
         self.wrapper = wrapper;
     }
 
+    /// Runs the node with `key=value` in its environment from now on (e.g. the test-only
+    /// `TENURE_UNSAFE_NO_SELF_DEMOTION`).
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.into(), value.into()));
+    }
+
     /// A command for the `tenure` binary, under the wrapper if there is one.
     pub fn command(&self) -> Command {
         match self.wrapper.split_first() {
@@ -422,6 +432,9 @@ impl Node {
             None => {
                 command.env("TENURE_LISTEN", "127.0.0.1:0");
             }
+        }
+        for (key, value) in &self.env {
+            command.env(key, value);
         }
         command
             .env("TENURE_DATA_DIR", self.data_dir())

@@ -47,6 +47,7 @@ use crate::transport::{TlsFiles, TransportConfig};
 pub use grants::GIVE_UP_COOLDOWN;
 use leader::Liveness;
 use owner::Owner;
+pub use owner::UNSAFE_NO_SELF_DEMOTION;
 use plugins::Folder;
 use session::Renewals;
 use shared::{Shared, now_ms};

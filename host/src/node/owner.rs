@@ -48,6 +48,9 @@ pub struct Owner {
     releasing: BTreeMap<(String, u32), Instant>,
     /// Slots whose plugin version is missing here, already reported.
     reported: BTreeSet<(String, u32, u64)>,
+    /// Whether plugins stop on their own at the lease deadline (always, except in the
+    /// checker's deliberately broken run: [`UNSAFE_NO_SELF_DEMOTION`]).
+    self_demotion: bool,
 }
 
 struct Running {
@@ -57,6 +60,13 @@ struct Running {
 
 impl Owner {
     pub fn new(shared: Arc<Shared>, deps: Deps) -> Self {
+        let self_demotion = std::env::var_os(UNSAFE_NO_SELF_DEMOTION).is_none();
+        if !self_demotion {
+            tracing::error!(
+                event = events::NODE_UNSAFE,
+                "{UNSAFE_NO_SELF_DEMOTION} is set: plugins do NOT stop at the lease deadline; this node is unsafe on purpose (fault-checker runs only)"
+            );
+        }
         Self {
             shared,
             deps,
@@ -64,6 +74,7 @@ impl Owner {
             ended: BTreeMap::new(),
             releasing: BTreeMap::new(),
             reported: BTreeSet::new(),
+            self_demotion,
         }
     }
 
@@ -177,7 +188,7 @@ impl Owner {
         };
         let (stop_tx, stop_rx) = watch::channel(None);
         let grace = loaded.entry.manifest.limits.stop_grace;
-        let stop = stop_signal(stop_rx, self.shared.deadline(), grace);
+        let stop = stop_signal(stop_rx, self.shared.deadline(), grace, self.self_demotion);
         let task = tokio::spawn(supervisor::run(loaded, grant, self.deps.clone(), stop));
         self.running.insert(
             key.clone(),
@@ -224,14 +235,23 @@ pub fn cleanup_reason(handover: Handover) -> CleanupReason {
     }
 }
 
-/// Resolves with the reason sent on `stop`, or with `lease-lost` at `D − grace`.
+/// The environment variable that switches the local self-demotion off. For the fault
+/// checker's "make it fail first" run only: with it, a cut-off owner keeps running past
+/// its deadline, which is exactly the bug the checker must catch. Never set it otherwise.
+pub const UNSAFE_NO_SELF_DEMOTION: &str = "TENURE_UNSAFE_NO_SELF_DEMOTION";
+
+/// Resolves with the reason sent on `stop`, or with `lease-lost` at `D − grace` (unless
+/// self-demotion is switched off).
 async fn stop_signal(
     mut stop: watch::Receiver<Option<CleanupReason>>,
     mut deadline: watch::Receiver<Option<Instant>>,
     grace: Duration,
+    self_demotion: bool,
 ) -> CleanupReason {
     loop {
-        let at = (*deadline.borrow_and_update()).map(|d| stop_at(d, grace));
+        let at = (*deadline.borrow_and_update())
+            .filter(|_| self_demotion)
+            .map(|d| stop_at(d, grace));
         let lease_end = async {
             match at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,

@@ -1,0 +1,414 @@
+//! The fault-injection safety checker: a pure function over a merged event log (see
+//! [`super::Cluster::merged`]) and the fault schedule that produced it. It returns every
+//! violation it finds instead of panicking on the first, so that a run reports all of
+//! them, each with the seed, the offending runs and the faults around them.
+//!
+//! The properties (README "What ownership guarantees", DESIGN.md §4):
+//! 1. `overlap`: at no instant do more than `tickets` runs of a resource overlap (a run is
+//!    `plugin.started` .. `plugin.stopped`, or .. the node's death).
+//! 2. `token`: per slot, in start order, every `plugin.started` has a token greater than
+//!    every earlier one for that slot; the same token again is accepted only on the same
+//!    node in the same process run (a plugin restarted by its supervisor).
+//! 3. `lost-save`: the counter plugin logs `count=N` after each accepted save; the first
+//!    count of a new run must be greater than every count logged before by another run.
+//! 4. `recovery`: at `recovered_at + ttl + 2 s` every slot of every resource is owned.
+//! 5. `cleanup`: every `plugin.stopped` on a node that did not die right after is followed
+//!    by exactly one `plugin.cleanup` of the same token on that node.
+//!
+//! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
+//! only after SIGCONT, although the plugin could not run while frozen and every host call
+//! with an effect checks the local lease first (DESIGN.md §2 invariant 3). A run that was
+//! frozen by a scheduled pause and stopped within [`PAUSE_SLACK_US`] of the SIGCONT counts
+//! as ended at the SIGSTOP. A run that goes on longer after the SIGCONT is not clipped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::{EXITED, Interval, intervals, timestamp_us};
+
+/// How soon after SIGCONT a frozen run must log its stop to count as ended at SIGSTOP.
+pub const PAUSE_SLACK_US: i64 = 1_500_000;
+
+/// How far around a violation the report lists faults.
+const NEARBY_US: i64 = 5_000_000;
+
+/// One injected fault or recovery step, as the runner did it.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub at_us: i64,
+    /// The node's name (`n1`…), or `*` for the whole cluster.
+    pub node: String,
+    /// `kill`, `spawn`, `pause`, `resume`, `cut`, `heal`, `stop`, … (see [`Fault::PAUSE`]).
+    pub action: String,
+}
+
+impl Fault {
+    pub const PAUSE: &str = "pause";
+    pub const RESUME: &str = "resume";
+}
+
+/// The faults of one run and the seed that chose them.
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    pub seed: u64,
+    pub faults: Vec<Fault>,
+}
+
+impl Schedule {
+    pub fn record(&mut self, at_us: i64, node: &str, action: &str) {
+        self.faults.push(Fault {
+            at_us,
+            node: node.to_string(),
+            action: action.to_string(),
+        });
+    }
+
+    /// Every node's pauses: (SIGSTOP, SIGCONT) times.
+    fn pauses(&self) -> Vec<(String, i64, i64)> {
+        let mut open: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut out = Vec::new();
+        for f in &self.faults {
+            if f.action == Fault::PAUSE {
+                open.insert(&f.node, f.at_us);
+            } else if f.action == Fault::RESUME
+                && let Some(p0) = open.remove(f.node.as_str())
+            {
+                out.push((f.node.clone(), p0, f.at_us));
+            }
+        }
+        out
+    }
+}
+
+/// A resource and its tickets.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub name: String,
+    pub tickets: usize,
+    /// Whether it runs the `counter` plugin (property 3).
+    pub counter: bool,
+}
+
+/// What to check beyond the log itself.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub resources: Vec<Resource>,
+    /// When the faults stopped (network healed, every process running), and the bound:
+    /// property 4 is checked at `recovered_at + within`. `None` skips property 4.
+    pub recovered: Option<(i64, i64)>,
+}
+
+/// One broken promise.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// `overlap`, `token`, `lost-save`, `recovery` or `cleanup`.
+    pub kind: &'static str,
+    pub resource: String,
+    pub at_us: i64,
+    pub detail: String,
+    pub runs: Vec<Interval>,
+}
+
+impl Violation {
+    /// The violation with the seed, its runs and the faults within 5 s of it.
+    pub fn render(&self, schedule: &Schedule) -> String {
+        let mut s = String::new();
+        writeln!(
+            s,
+            "VIOLATION [{}] {} at {} (seed {}): {}",
+            self.kind, self.resource, self.at_us, schedule.seed, self.detail
+        )
+        .unwrap();
+        for r in &self.runs {
+            writeln!(s, "  run {}", describe(r)).unwrap();
+        }
+        writeln!(s, "  faults within 5 s:").unwrap();
+        for f in schedule
+            .faults
+            .iter()
+            .filter(|f| (f.at_us - self.at_us).abs() <= NEARBY_US)
+        {
+            writeln!(
+                s,
+                "    {:+} ms {} {}",
+                (f.at_us - self.at_us) / 1000,
+                f.action,
+                f.node
+            )
+            .unwrap();
+        }
+        s
+    }
+}
+
+pub fn describe(r: &Interval) -> String {
+    format!(
+        "{} slot {} token {} [{} .. {}]",
+        r.node,
+        r.slot,
+        r.token,
+        r.start_us,
+        r.end_us.map_or("running".to_string(), |e| e.to_string())
+    )
+}
+
+/// Checks all five properties; an empty list means the run was safe.
+pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let pauses = schedule.pauses();
+    for res in &expect.resources {
+        let runs = intervals(events, &res.name);
+        check_overlap(&res.name, res.tickets, &runs, &pauses, &mut out);
+        check_tokens(events, &res.name, &mut out);
+        if res.counter {
+            check_counter(events, &res.name, &mut out);
+        }
+        if let Some((at, within)) = expect.recovered {
+            check_recovery(&res.name, res.tickets, &runs, at + within, &mut out);
+        }
+    }
+    check_cleanup(events, &mut out);
+    out
+}
+
+/// The end that counts for overlaps: see the module's note on pauses.
+fn effective_end(run: &Interval, pauses: &[(String, i64, i64)]) -> Option<i64> {
+    let end = run.end_us?;
+    for (node, p0, p1) in pauses {
+        if *node == run.node && run.start_us < *p0 && end >= *p1 && end <= p1 + PAUSE_SLACK_US {
+            return Some(*p0);
+        }
+    }
+    Some(end)
+}
+
+fn check_overlap(
+    resource: &str,
+    tickets: usize,
+    runs: &[Interval],
+    pauses: &[(String, i64, i64)],
+    out: &mut Vec<Violation>,
+) {
+    let eff: Vec<(i64, Option<i64>)> = runs
+        .iter()
+        .map(|r| (r.start_us, effective_end(r, pauses)))
+        .collect();
+    // Ends before starts at equal instants.
+    let mut points: Vec<(i64, i32)> = Vec::new();
+    for (start, end) in &eff {
+        points.push((*start, 1));
+        if let Some(end) = end {
+            points.push((*end, -1));
+        }
+    }
+    points.sort();
+    let mut now = 0;
+    let mut reported_until = i64::MIN;
+    for (at, delta) in points {
+        now += delta;
+        if now as usize > tickets && at > reported_until {
+            let live: Vec<Interval> = runs
+                .iter()
+                .zip(&eff)
+                .filter(|(_, (s, e))| *s <= at && e.is_none_or(|e| e > at))
+                .map(|(r, _)| r.clone())
+                .collect();
+            // One report per episode: until the earliest of these runs ends.
+            reported_until = eff
+                .iter()
+                .filter(|(s, e)| *s <= at && e.is_none_or(|e| e > at))
+                .filter_map(|(_, e)| *e)
+                .min()
+                .unwrap_or(i64::MAX);
+            out.push(Violation {
+                kind: "overlap",
+                resource: resource.to_string(),
+                at_us: at,
+                detail: format!("{now} runs at once with {tickets} ticket(s)"),
+                runs: live,
+            });
+        }
+    }
+    // Two runs of one slot at once, even within the ticket count.
+    for (i, a) in runs.iter().enumerate() {
+        for (j, b) in runs.iter().enumerate().skip(i + 1) {
+            let (sa, ea) = eff[i];
+            let (sb, eb) = eff[j];
+            let overlap = ea.is_none_or(|e| e > sb) && eb.is_none_or(|e| e > sa);
+            if overlap && a.slot == b.slot {
+                out.push(Violation {
+                    kind: "overlap",
+                    resource: resource.to_string(),
+                    at_us: sa.max(sb),
+                    detail: format!("two runs of slot {} at once", a.slot),
+                    runs: vec![a.clone(), b.clone()],
+                });
+            }
+        }
+    }
+}
+
+fn check_tokens(events: &[Value], resource: &str, out: &mut Vec<Violation>) {
+    // Per slot: (token, node, run number of that node) of every grant seen.
+    let mut grants: BTreeMap<u64, Vec<(u64, String, usize)>> = BTreeMap::new();
+    let mut run_no: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events {
+        let node = e["_node"].as_str().unwrap_or("").to_string();
+        if e["event"] == EXITED {
+            *run_no.entry(node).or_default() += 1;
+            continue;
+        }
+        if e["event"] != "plugin.started" || e["resource"] != resource {
+            continue;
+        }
+        let (Some(slot), Some(t)) = (e["slot"].as_u64(), e["token"].as_u64()) else {
+            continue;
+        };
+        let run = *run_no.entry(node.clone()).or_default();
+        let seen = grants.entry(slot).or_default();
+        let run_of = |n: &str, t: u64| Interval {
+            node: n.to_string(),
+            slot,
+            token: t,
+            start_us: timestamp_us(e),
+            end_us: None,
+        };
+        if let Some((last, last_node, last_run)) = seen.last()
+            && *last == t
+        {
+            if *last_node != node || *last_run != run {
+                out.push(Violation {
+                    kind: "token",
+                    resource: resource.to_string(),
+                    at_us: timestamp_us(e),
+                    detail: format!(
+                        "slot {slot}: token {t} reused by {node} (run {run}) after {last_node} (run {last_run})"
+                    ),
+                    runs: vec![run_of(&node, t)],
+                });
+            }
+            continue;
+        }
+        if let Some(max) = seen.iter().map(|(t, _, _)| *t).max()
+            && max >= t
+        {
+            out.push(Violation {
+                kind: "token",
+                resource: resource.to_string(),
+                at_us: timestamp_us(e),
+                detail: format!("slot {slot}: token {t} on {node} after token {max}"),
+                runs: vec![run_of(&node, t)],
+            });
+        }
+        seen.push((t, node, run));
+    }
+}
+
+/// `count=N token=T` → (N, T).
+fn parse_count(message: &str) -> Option<(u64, u64)> {
+    let mut parts = message.split_whitespace();
+    let n = parts.next()?.strip_prefix("count=")?.parse().ok()?;
+    let t = parts.next()?.strip_prefix("token=")?.parse().ok()?;
+    Some((n, t))
+}
+
+fn check_counter(events: &[Value], resource: &str, out: &mut Vec<Violation>) {
+    // The greatest count logged so far, and by which run (node, token).
+    let mut best: Option<(u64, String, u64, i64)> = None;
+    let mut seen_runs: Vec<(String, u64)> = Vec::new();
+    for e in events {
+        if e["event"] != "plugin.log" || e["resource"] != resource {
+            continue;
+        }
+        let Some((n, t)) = e["message"].as_str().and_then(parse_count) else {
+            continue;
+        };
+        let node = e["_node"].as_str().unwrap_or("").to_string();
+        let at = timestamp_us(e);
+        let key = (node.clone(), t);
+        let first_of_run = !seen_runs.contains(&key);
+        if first_of_run {
+            seen_runs.push(key);
+        }
+        if let Some((max, max_node, max_token, max_at)) = &best
+            && n <= *max
+            && (first_of_run || *max_node != node || *max_token != t)
+        {
+            out.push(Violation {
+                kind: "lost-save",
+                resource: resource.to_string(),
+                at_us: at,
+                detail: format!(
+                    "{node} token {t} logged count={n}, but {max_node} token {max_token} had logged count={max} at {max_at}"
+                ),
+                runs: Vec::new(),
+            });
+        }
+        if best.as_ref().is_none_or(|(max, ..)| n > *max) {
+            best = Some((n, node, t, at));
+        }
+    }
+}
+
+fn check_recovery(
+    resource: &str,
+    tickets: usize,
+    runs: &[Interval],
+    deadline: i64,
+    out: &mut Vec<Violation>,
+) {
+    let owned: Vec<&Interval> = runs
+        .iter()
+        .filter(|r| r.start_us <= deadline && r.end_us.is_none_or(|e| e > deadline))
+        .collect();
+    for slot in 0..tickets as u64 {
+        if !owned.iter().any(|r| r.slot == slot) {
+            out.push(Violation {
+                kind: "recovery",
+                resource: resource.to_string(),
+                at_us: deadline,
+                detail: format!("slot {slot} not owned by the recovery deadline"),
+                runs: owned.iter().map(|r| (*r).clone()).collect(),
+            });
+        }
+    }
+}
+
+fn check_cleanup(events: &[Value], out: &mut Vec<Violation>) {
+    for (i, stop) in events.iter().enumerate() {
+        if stop["event"] != "plugin.stopped" {
+            continue;
+        }
+        let node = &stop["_node"];
+        let later = &events[i + 1..];
+        let died = later
+            .iter()
+            .position(|e| e["_node"] == *node && e["event"] == EXITED);
+        let window = &later[..died.unwrap_or(later.len())];
+        let cleanups = window
+            .iter()
+            .filter(|e| {
+                e["_node"] == *node
+                    && e["event"] == "plugin.cleanup"
+                    && e["resource"] == stop["resource"]
+                    && e["token"] == stop["token"]
+            })
+            .count();
+        if cleanups == 1 || (cleanups == 0 && died.is_some()) {
+            continue;
+        }
+        out.push(Violation {
+            kind: "cleanup",
+            resource: stop["resource"].as_str().unwrap_or("").to_string(),
+            at_us: timestamp_us(stop),
+            detail: format!(
+                "{} token {}: {cleanups} plugin.cleanup after plugin.stopped",
+                node.as_str().unwrap_or(""),
+                stop["token"]
+            ),
+            runs: Vec::new(),
+        });
+    }
+}
