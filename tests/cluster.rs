@@ -643,3 +643,46 @@ fn a_node_that_joins_later_becomes_a_member_and_owns_a_slot() {
     c.stop_all();
     assert_safe(&c.merged(), "quad", 4);
 }
+
+#[test]
+fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
+    let mut c = Cluster::builder(3).build();
+    let hb = plugins().heartbeat_bytes();
+    c.install_plugin_everywhere("pair", &manifest("pair", 2, "1.0.0"), &hb);
+    let leader = c.start();
+    c.wait_owners("pair", 2, |_| true);
+    let victim = (0..3)
+        .map(|i| c.name(i).to_string())
+        .find(|n| *n != leader)
+        .expect("a node that does not lead");
+    let v = c.index(&victim);
+
+    eprintln!("phase: revoke {victim}'s certificate");
+    let from = c.node(v).events().len();
+    let cert = c.certs_dir().join(format!("{victim}.pem"));
+    let said = ok(
+        &c.admin(&["revoke", cert.to_str().unwrap()]),
+        "revoke by certificate file",
+    );
+    assert!(said.contains("sha256:"), "names the fingerprint: {said}");
+    let status = wait_status(&c, "status lists the revoked fingerprint", |s| {
+        s["revoked"].as_array().is_some_and(|r| !r.is_empty())
+    });
+    eprintln!("revoked: {}", status["revoked"]);
+
+    eprintln!("phase: {victim} is cut off: it loses its lease and its slot moves");
+    c.wait_event(
+        v,
+        &format!("{victim} loses its lease"),
+        from,
+        is("lease.lost").f(),
+    );
+    let others: BTreeSet<String> = (0..3)
+        .map(|i| c.name(i).to_string())
+        .filter(|n| *n != victim)
+        .collect();
+    c.wait_owners("pair", 2, |owners| {
+        owners.iter().all(|o| others.contains(&o.node))
+    });
+    assert_safe(&c.merged(), "pair", 2);
+}

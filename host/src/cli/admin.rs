@@ -71,14 +71,15 @@ pub enum AdminCommand {
         conn: Connection,
     },
     /// Revoke a certificate: every node refuses it from then on, for good.
-    #[command(group(clap::ArgGroup::new("which").required(true).args(["fingerprint", "cert"])))]
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["fingerprint", "certificate"])))]
     Revoke {
         /// The certificate's fingerprint, sha256:<64 hex digits> (as `tenure status` shows).
         #[arg(long, value_name = "SHA256")]
         fingerprint: Option<String>,
-        /// Or the certificate file (PEM) itself.
-        #[arg(value_name = "CERT.pem")]
-        cert: Option<PathBuf>,
+        /// Or the certificate file (PEM) itself. (Its id is not `cert`, which the
+        /// connection's `--cert` already uses.)
+        #[arg(id = "certificate", value_name = "CERT.pem")]
+        certificate: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
     },
@@ -187,10 +188,10 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
         }
         AdminCommand::Revoke {
             fingerprint,
-            cert,
+            certificate,
             conn,
         } => {
-            let fingerprint = match (fingerprint, cert) {
+            let fingerprint = match (fingerprint, certificate) {
                 (Some(text), None) => parse_fingerprint(&text).map_err(anyhow::Error::msg)?,
                 (None, Some(path)) => fingerprint_of(&path)?,
                 _ => anyhow::bail!("give either --fingerprint or a certificate file, not both"),
