@@ -5,7 +5,9 @@
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
 //! `handover`, `traffic`, `convergence` (default: all); `TENURE_BENCH_TRIALS` sets the
 //! trials of failover and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
-//! count of `convergence` (default 10000). E.g.
+//! count of `convergence` (default 10000), `TENURE_BENCH_SETTLE_MS` a pause after the
+//! killed node is back before the next failover trial (default 0; 11000 lets the peers'
+//! dead connections to its previous run time out first). E.g.
 //! `TENURE_BENCH=failover,handover cargo bench -p tenure --bench cluster`.
 //!
 //! Every node is a real process with its own certificate (made with `tenure certs`), a
@@ -95,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         &["failover", "handover", "traffic", "convergence"],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
+    let settle = Duration::from_millis(env_usize("TENURE_BENCH_SETTLE_MS", 0)? as u64);
     let resources = env_usize("TENURE_BENCH_RESOURCES", 10_000)?;
     print_machine("before");
     let heartbeat = build_heartbeat()?;
@@ -102,7 +105,7 @@ fn main() -> anyhow::Result<()> {
     let has = |s: &str| sections.iter().any(|x| x == s);
     if has("failover") {
         for ttl in [Duration::from_secs(2), Duration::from_millis(500)] {
-            failover_section(&heartbeat, ttl, trials, &mut table)?;
+            failover_section(&heartbeat, ttl, trials, settle, &mut table)?;
         }
     }
     if has("handover") {
@@ -162,6 +165,7 @@ fn failover_section(
     heartbeat: &Path,
     ttl: Duration,
     trials: usize,
+    settle: Duration,
     table: &mut Table,
 ) -> anyhow::Result<()> {
     let ttl_ms = millis(ttl);
@@ -225,10 +229,16 @@ fn failover_section(
         expiry.extend(expired);
         cluster.spawn(owner)?;
         cluster.wait_session(owner, WAIT)?;
+        thread::sleep(settle);
     }
     let load = load_average();
     let target = format!("p99 ≤ {:.0} ms", ttl_ms + 150.0);
-    let label = format!("failover, TTL {ttl_ms:.0} ms");
+    let settled = if settle.is_zero() {
+        String::new()
+    } else {
+        format!(", {} ms settle", settle.as_millis())
+    };
+    let label = format!("failover, TTL {ttl_ms:.0} ms{settled}");
     let summary = Summary::of(all);
     println!("{label}: {} (target {target})", summary.describe("ms", 1));
     table.row(&label, &summary, "ms", 1, &target, &load);
@@ -239,7 +249,7 @@ fn failover_section(
     ] {
         if !sample.is_empty() {
             let summary = Summary::of(sample);
-            let label = format!("failover, TTL {ttl_ms:.0} ms, {what}");
+            let label = format!("failover, TTL {ttl_ms:.0} ms{settled}, {what}");
             println!("{label}: {}", summary.describe("ms", 1));
             table.row(&label, &summary, "ms", 1, "", &load);
         }
@@ -340,8 +350,16 @@ fn measure_traffic(cluster: &Cluster, resources: usize, table: &mut Table) -> an
         .iter()
         .map(|&i| cluster.scrape(i))
         .collect::<anyhow::Result<_>>()?;
+    let cpu_before: Vec<Option<f64>> = alive
+        .iter()
+        .map(|&i| cluster.nodes[i].cpu_seconds())
+        .collect();
     let started = Instant::now();
     thread::sleep(TRAFFIC_WINDOW);
+    let cpu_after: Vec<Option<f64>> = alive
+        .iter()
+        .map(|&i| cluster.nodes[i].cpu_seconds())
+        .collect();
     let second: Vec<Scrape> = alive
         .iter()
         .map(|&i| cluster.scrape(i))
@@ -349,15 +367,28 @@ fn measure_traffic(cluster: &Cluster, resources: usize, table: &mut Table) -> an
     let secs = started.elapsed().as_secs_f64();
     let mut per_node = Vec::new();
     let mut kinds: BTreeMap<String, f64> = BTreeMap::new();
-    for ((&i, a), b) in alive.iter().zip(&first).zip(&second) {
+    let mut cpu = Vec::new();
+    for (k, ((&i, a), b)) in alive.iter().zip(&first).zip(&second).enumerate() {
         let rate = |metric: &str| (b.sum(metric) - a.sum(metric)) / secs;
+        let busy = match (cpu_before[k], cpu_after[k]) {
+            (Some(x), Some(y)) => (y - x) / secs * 100.0,
+            _ => f64::NAN,
+        };
+        cpu.push(busy);
+        let (t0, t1) = (a.sum("tenure_raft_term"), b.sum("tenure_raft_term"));
+        if t0 != t1 {
+            println!(
+                "  !! {}: the term moved from {t0} to {t1} during the window: not a steady state",
+                cluster.name(i)
+            );
+        }
         let (sent, served) = (
             rate("tenure_rpc_sent_total"),
             rate("tenure_rpc_served_total"),
         );
         let leader = b.sum("tenure_raft_is_leader") > 0.0;
         println!(
-            "  {}{}: {sent:.1} calls sent/s, {served:.1} served/s, {:.1} failed/s",
+            "  {}{}: {sent:.1} calls sent/s, {served:.1} served/s, {:.1} failed/s; CPU {busy:.0}% of one core",
             cluster.name(i),
             if leader { " (leader)" } else { "" },
             rate("tenure_rpc_failed_total"),
@@ -375,6 +406,10 @@ fn measure_traffic(cluster: &Cluster, resources: usize, table: &mut Table) -> an
     for (key, rate) in &kinds {
         println!("    cluster-wide {key}: {rate:.1}/s");
     }
+    let cpu = Summary::of(cpu);
+    let label = format!("CPU per node at steady state, {resources} resources");
+    println!("{label}: {}", cpu.describe("% of a core", 0));
+    table.row(&label, &cpu, "% of a core", 0, "", &load_average());
     let summary = Summary::of(per_node);
     let label =
         format!("control traffic, {resources} resources, calls (sent + served) per node per s");
@@ -434,34 +469,79 @@ fn convergence_section(
     println!("{label}: {}", summary.describe("ms", 0));
     table.row(&label, &summary, "ms", 0, "", &load);
 
-    // Ownership: every slot granted to a live session, per the nodes' own counts.
-    let owned_at = cluster.wait_owned(resources, bound, "every slot owned")?;
+    // What the control plane knows: a node advertises its whole folder in one command,
+    // which must fit the command size limit. Converged: the slots of every resource the
+    // cluster knows are owned, and either that is all of them or the known count has
+    // not moved for 20 s.
+    let (advertised, owned_at) =
+        match cluster.wait_converged(resources, Duration::from_secs(20), bound) {
+            Ok(found) => found,
+            Err(e) => {
+                println!("  !! not measured: {}", first_line(&e));
+                report_running(&cluster, resources)?;
+                table.note(
+                    &format!("convergence, {resources} resources"),
+                    "not reached: see the output",
+                );
+                return Ok(());
+            }
+        };
+    let target = advertised.min(resources);
+    if advertised < resources {
+        println!(
+            "  !! only {advertised} of {resources} resources are advertised in the replicated state: \
+             the nodes cannot advertise more (see their `cannot advertise the plugins yet` debug \
+             lines: the Advertise command exceeds the command size limit). Convergence below is \
+             measured for the {advertised} resources the control plane knows, NOT {resources}."
+        );
+    }
     let owned_us = system_us(owned_at);
     let from_spawn = (owned_us - spawned) as f64 / 1000.0;
     let from_ready = (owned_us - last_ready) as f64 / 1000.0;
     println!(
-        "  all {resources} slots owned {from_spawn:.0} ms after spawn, {from_ready:.0} ms after the last node.ready"
+        "  all {target} slots owned {from_spawn:.0} ms after spawn, {from_ready:.0} ms after the last node.ready"
     );
     let load = load_average();
+    let what = if target < resources {
+        format!("{resources} resources ({target} advertised)")
+    } else {
+        format!("{resources} resources")
+    };
     table.single(
-        &format!("convergence, {resources} resources: last node.ready → all slots owned"),
+        &format!("convergence, {what}: last node.ready → all slots owned"),
         from_ready,
         "ms",
         &load,
     );
     table.single(
-        &format!("convergence, {resources} resources: spawn → all slots owned"),
+        &format!("convergence, {what}: spawn → all slots owned"),
         from_spawn,
         "ms",
         &load,
     );
-    report_running(&cluster, resources)?;
+    report_running(&cluster, target)?;
+    match cluster.wait_balanced(target, Duration::from_secs(120)) {
+        Ok(balanced) => {
+            let ms = (system_us(balanced) - owned_us) as f64 / 1000.0;
+            println!("  balanced (every node within one slot of the others) {ms:.0} ms after that");
+            table.single(
+                &format!("convergence, {what}: all slots owned → balanced"),
+                ms,
+                "ms",
+                &load_average(),
+            );
+        }
+        Err(e) => println!("  !! not balanced within 120 s: {}", first_line(&e)),
+    }
     match cluster.status_owned() {
         Ok(owned) => println!("  `tenure status --json` agrees: {owned} slots owned"),
-        Err(e) => println!("  !! `tenure status --json` failed at this size: {e:#}"),
+        Err(e) => println!(
+            "  !! `tenure status --json` failed at this size: {}",
+            first_line(&e)
+        ),
     }
 
-    // Steady state: let the start failures (if any) settle first, then measure.
+    // Steady state: let start failures (if any) settle first, then measure.
     thread::sleep(Duration::from_secs(10));
     measure_traffic(&cluster, resources, table)?;
 
@@ -475,17 +555,26 @@ fn convergence_section(
         "  kill -9 {} (a follower, holding {held:.0} slots)",
         cluster.name(victim)
     );
-    let again = system_us(cluster.wait_owned(resources, bound, "every slot owned again")?);
-    let ms = (again - killed) as f64 / 1000.0;
-    println!("  all {resources} slots owned again {ms:.0} ms after the kill");
-    table.single(
-        &format!("convergence, {resources} resources: kill -9 of a node → all slots owned again"),
-        ms,
-        "ms",
-        &load_average(),
-    );
-    report_running(&cluster, resources)?;
+    match cluster.wait_owned(target, bound, "every slot owned again") {
+        Ok(again) => {
+            let ms = (system_us(again) - killed) as f64 / 1000.0;
+            println!("  all {target} slots owned again {ms:.0} ms after the kill");
+            table.single(
+                &format!("convergence, {what}: kill -9 of a node → all slots owned again"),
+                ms,
+                "ms",
+                &load_average(),
+            );
+        }
+        Err(e) => println!("  !! not measured: {}", first_line(&e)),
+    }
+    report_running(&cluster, target)?;
     Ok(())
+}
+
+/// The first line of an error (the rest is every node's last output).
+fn first_line(e: &anyhow::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 /// Prints how many plugins run and how many starts failed, beside the owned count.
@@ -513,7 +602,7 @@ fn report_running(cluster: &Cluster, resources: usize) -> anyhow::Result<()> {
             "  !! not every owned slot runs its plugin: see the first failure below; the owned count is the control plane's (the replicated state)"
         );
         if let Some(e) = cluster.find_event(|_, e| {
-            (e.name == "plugin.restarting" || e.name == "plugin.failed").then(|| e.clone())
+            (e.name == "plugin.stopped" && e.str("outcome") == Some("trapped")).then(|| e.clone())
         }) {
             println!("     first failure on {}: {}", e.node, e.raw);
         }
@@ -660,6 +749,21 @@ impl Proc {
 
     fn alive(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// CPU time (user + system) the process has used, from `/proc/PID/stat`.
+    fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces): state is the first;
+        // utime and stime are the 12th and 13th.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf only reads a configuration value.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+        Some(ticks as f64 / per_second as f64)
     }
 
     fn tail(&self) -> String {
@@ -1006,6 +1110,63 @@ impl Cluster {
         })
     }
 
+    /// Waits until the slots of every resource the cluster knows (the leader's
+    /// `tenure_cluster_resources`) are owned (the sum of the nodes' `tenure_slots_owned`),
+    /// and either all `count` resources are known or the known count has not moved for
+    /// `quiet`. Returns the known count and when they were first all owned.
+    fn wait_converged(
+        &mut self,
+        count: usize,
+        quiet: Duration,
+        bound: Duration,
+    ) -> anyhow::Result<(usize, SystemTime)> {
+        let mut known: Option<(f64, Instant)> = None;
+        let mut owned_since: Option<SystemTime> = None;
+        let mut last_print = Instant::now();
+        self.wait("every known slot owned", bound, |c| {
+            let leader = (0..c.len()).find(|&i| c.alive(i) && c.is_leader(i).unwrap_or(false))?;
+            let resources = c.scrape(leader).ok()?.sum("tenure_cluster_resources");
+            let mut owned = 0.0;
+            for i in (0..c.len()).filter(|&i| c.alive(i)) {
+                owned += c.scrape(i).ok()?.sum("tenure_slots_owned");
+            }
+            let now = SystemTime::now();
+            if resources > 0.0 && owned == resources {
+                owned_since.get_or_insert(now);
+            } else {
+                owned_since = None;
+            }
+            if known.is_none_or(|(k, _)| k != resources) {
+                known = Some((resources, Instant::now()));
+            }
+            if last_print.elapsed() >= Duration::from_secs(10) {
+                println!(
+                    "    … {owned:.0} slots owned of {resources:.0} resources known (load {})",
+                    load_average()
+                );
+                last_print = Instant::now();
+            }
+            let settled = known.is_some_and(|(_, since)| since.elapsed() >= quiet);
+            let all = resources as usize == count;
+            owned_since
+                .filter(|_| all || settled)
+                .map(|at| (resources as usize, at))
+        })
+    }
+
+    /// Waits until the running nodes own `count` slots in all, no two more than one
+    /// apart; returns when that was first seen.
+    fn wait_balanced(&mut self, count: usize, bound: Duration) -> anyhow::Result<SystemTime> {
+        self.wait("balanced slots", bound, |c| {
+            let mut owned = Vec::new();
+            for i in (0..c.len()).filter(|&i| c.alive(i)) {
+                owned.push(c.scrape(i).ok()?.sum("tenure_slots_owned") as usize);
+            }
+            let (min, max) = (owned.iter().min()?, owned.iter().max()?);
+            (owned.iter().sum::<usize>() == count && max - min <= 1).then(SystemTime::now)
+        })
+    }
+
     /// Runs an admin command as the operator against node `i`.
     fn admin(&self, i: usize, args: &[&str]) -> anyhow::Result<Output> {
         let addr = self.node_addr(i)?;
@@ -1252,6 +1413,15 @@ impl Table {
             summary.describe(unit, d),
             target.to_string(),
             load.to_string(),
+        ]);
+    }
+
+    fn note(&mut self, label: &str, text: &str) {
+        self.rows.push([
+            label.to_string(),
+            text.to_string(),
+            String::new(),
+            load_average(),
         ]);
     }
 

@@ -26,7 +26,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{EXITED, Interval, intervals, timestamp_us};
+use std::time::{Duration, SystemTime};
+
+use super::{EXITED, Interval, format_rfc3339_utc, intervals, timestamp_us};
 
 /// How soon after SIGCONT a frozen run must log its stop to count as ended at SIGSTOP.
 pub const PAUSE_SLACK_US: i64 = 1_500_000;
@@ -118,7 +120,11 @@ impl Violation {
         writeln!(
             s,
             "VIOLATION [{}] {} at {} (seed {}): {}",
-            self.kind, self.resource, self.at_us, schedule.seed, self.detail
+            self.kind,
+            self.resource,
+            time(self.at_us),
+            schedule.seed,
+            self.detail
         )
         .unwrap();
         for r in &self.runs {
@@ -143,15 +149,21 @@ impl Violation {
     }
 }
 
+/// A run, with its times in the event log's format.
 pub fn describe(r: &Interval) -> String {
     format!(
         "{} slot {} token {} [{} .. {}]",
         r.node,
         r.slot,
         r.token,
-        r.start_us,
-        r.end_us.map_or("running".to_string(), |e| e.to_string())
+        time(r.start_us),
+        r.end_us.map_or("running".to_string(), time)
     )
+}
+
+/// µs since the epoch as RFC 3339 UTC.
+pub fn time(us: i64) -> String {
+    format_rfc3339_utc(SystemTime::UNIX_EPOCH + Duration::from_micros(us.max(0) as u64))
 }
 
 /// Checks all five properties; an empty list means the run was safe.
@@ -231,7 +243,11 @@ fn check_overlap(
             });
         }
     }
-    // Two runs of one slot at once, even within the ticket count.
+    // Two runs of one slot at once, even within the ticket count (with one ticket the
+    // sweep above already reported it).
+    if tickets < 2 {
+        return;
+    }
     for (i, a) in runs.iter().enumerate() {
         for (j, b) in runs.iter().enumerate().skip(i + 1) {
             let (sa, ea) = eff[i];
@@ -341,7 +357,8 @@ fn check_counter(events: &[Value], resource: &str, out: &mut Vec<Violation>) {
                 resource: resource.to_string(),
                 at_us: at,
                 detail: format!(
-                    "{node} token {t} logged count={n}, but {max_node} token {max_token} had logged count={max} at {max_at}"
+                    "{node} token {t} logged count={n}, but {max_node} token {max_token} had logged count={max} at {}",
+                    time(*max_at)
                 ),
                 runs: Vec::new(),
             });
@@ -404,7 +421,7 @@ fn check_cleanup(events: &[Value], out: &mut Vec<Violation>) {
             resource: stop["resource"].as_str().unwrap_or("").to_string(),
             at_us: timestamp_us(stop),
             detail: format!(
-                "{} token {}: {cleanups} plugin.cleanup after plugin.stopped",
+                "{} token {}: {cleanups} plugin.cleanup after plugin.stopped and before the node died",
                 node.as_str().unwrap_or(""),
                 stop["token"]
             ),

@@ -122,11 +122,19 @@ impl StateBackend for ClusterGrants {
                 token: grant.token,
                 data,
             };
-            match shared.propose(command).await {
-                Ok(Response::Done) => Ok(()),
-                Ok(Response::Stale) => Err(StateError::StaleToken),
-                Ok(other) => Err(StateError::Unavailable(format!("{other:?}"))),
-                Err(error) => Err(StateError::Unavailable(error.to_string())),
+            // Never block the plugin past the deadline: the interrupt at D cannot reach
+            // code waiting in a host call, so the call itself gives up at D (a save
+            // still in flight then may or may not commit; its token fences it).
+            let Some(deadline) = *shared.deadline().borrow() else {
+                return Err(StateError::LeaseExpired);
+            };
+            let proposed = tokio::time::timeout_at(deadline.into(), shared.propose(command));
+            match proposed.await {
+                Err(_) => Err(StateError::LeaseExpired),
+                Ok(Ok(Response::Done)) => Ok(()),
+                Ok(Ok(Response::Stale)) => Err(StateError::StaleToken),
+                Ok(Ok(other)) => Err(StateError::Unavailable(format!("{other:?}"))),
+                Ok(Err(error)) => Err(StateError::Unavailable(error.to_string())),
             }
         })
     }
