@@ -274,13 +274,22 @@ fn handover_section(heartbeat: &Path, trials: usize, table: &mut Table) -> anyho
         cluster.wait_ready(WAIT)?;
         let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
         let target = (owner + 1 + trial % 2) % cluster.len();
-        let asked_at = system_us(SystemTime::now());
-        let output = cluster.admin(target, &["move", HB, "--to", cluster.name(target)])?;
-        ensure!(
-            output.status.success(),
-            "tenure move failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        // A node that just started may not have advertised its plugins yet: the move is
+        // refused until it has, and asked again.
+        let retry_until = Instant::now() + Duration::from_secs(15);
+        let asked_at = loop {
+            let asked_at = system_us(SystemTime::now());
+            let output = cluster.admin(target, &["move", HB, "--to", cluster.name(target)])?;
+            if output.status.success() {
+                break asked_at;
+            }
+            let error = String::from_utf8_lossy(&output.stderr).to_string();
+            ensure!(
+                error.contains("does not have the plugin") && Instant::now() < retry_until,
+                "tenure move failed: {error}"
+            );
+            thread::sleep(Duration::from_millis(200));
+        };
         let started = cluster.wait_event(WAIT, |i, e| {
             (i == target
                 && e.name == "plugin.started"
