@@ -104,9 +104,12 @@ impl Owner {
         let me = self.shared.me.clone();
         let session = self.shared.session();
         let valid = self.shared.lease_valid(Instant::now());
+        // Without self-demotion (the broken build), a node whose lease lapsed keeps its
+        // plugins until the replicated state it sees takes the slots away.
+        let lapsed_but_kept = !self.self_demotion && session.is_none();
         let mine: Vec<(String, u32, Slot)> = self.shared.read(|c| {
             c.slots_of(&me)
-                .filter(|(_, _, s)| Some(s.session) == session)
+                .filter(|(_, _, s)| lapsed_but_kept || Some(s.session) == session)
                 .map(|(r, n, s)| (r.to_owned(), n, s.clone()))
                 .collect()
         });
