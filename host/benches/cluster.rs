@@ -36,7 +36,7 @@
 //!    traffic at that size, as in 3 (it must not grow with the resource count), and
 //!    kill -9 of one node (not the leader) → every slot owned again by the others.
 //!
-//! Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
+//! `TENURE_BENCH_RUST_LOG` adds log directives to the nodes' filter. Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
 //! default `/var/tmp`) are removed at the end unless `TENURE_BENCH_KEEP` is set.
 //!
 //! Plugin log lines (heartbeat's `tick`, one per plugin per second) are filtered out with
@@ -482,7 +482,7 @@ fn convergence_section(
     // which must fit the command size limit. Converged: the slots of every resource the
     // cluster knows are owned, and either that is all of them or the known count has
     // not moved for 20 s.
-    let (advertised, owned_at) =
+    let (advertised, owned_at, balanced_at) =
         match cluster.wait_converged(resources, Duration::from_secs(20), bound) {
             Ok(found) => found,
             Err(e) => {
@@ -529,7 +529,11 @@ fn convergence_section(
         &load,
     );
     report_running(&cluster, target)?;
-    match cluster.wait_balanced(target, Duration::from_secs(120)) {
+    let balanced = match balanced_at {
+        Some(at) => Ok(at),
+        None => cluster.wait_balanced(target, Duration::from_secs(120)),
+    };
+    match balanced {
         Ok(balanced) => {
             let ms = (system_us(balanced) - owned_us) as f64 / 1000.0;
             println!("  balanced (every node within one slot of the others) {ms:.0} ms after that");
@@ -564,12 +568,22 @@ fn convergence_section(
         "  kill -9 {} (a follower, holding {held:.0} slots)",
         cluster.name(victim)
     );
-    match cluster.wait_owned(target, bound, "every slot owned again") {
-        Ok(again) => {
+    match cluster.wait_owned_or_settled(target, Duration::from_secs(20), bound) {
+        Ok((owned, again)) => {
             let ms = (system_us(again) - killed) as f64 / 1000.0;
-            println!("  all {target} slots owned again {ms:.0} ms after the kill");
+            if owned == target {
+                println!("  all {target} slots owned again {ms:.0} ms after the kill");
+            } else {
+                println!(
+                    "  !! {owned} of {target} slots owned again {ms:.0} ms after the kill, and no more \
+                     for 20 s: {} slots stay vacant (only the dead node advertised their resources)",
+                    target - owned
+                );
+            }
             table.single(
-                &format!("convergence, {what}: kill -9 of a node → all slots owned again"),
+                &format!(
+                    "convergence, {what}: kill -9 of a node → {owned} of {target} slots owned again"
+                ),
                 ms,
                 "ms",
                 &load_average(),
@@ -788,9 +802,11 @@ impl Drop for Proc {
 }
 
 /// The `RUST_LOG` of every node: the node's default filter, without plugin log lines.
+/// `TENURE_BENCH_RUST_LOG` adds directives (e.g. `tenure::node=debug`).
 fn log_filter() -> String {
+    let extra = std::env::var("TENURE_BENCH_RUST_LOG").map_or(String::new(), |x| format!(",{x}"));
     format!(
-        "info,tenure::runtime::output=warn,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn,{}",
+        "info,tenure::runtime::output=warn,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn,{}{extra}",
         tenure::raft::LOG_FILTER
     )
 }
@@ -1094,6 +1110,36 @@ impl Cluster {
         })
     }
 
+    /// Waits until the running nodes own `count` slots in all, or own fewer and that
+    /// number has not moved for `quiet`; returns it and when it was first reached.
+    fn wait_owned_or_settled(
+        &mut self,
+        count: usize,
+        quiet: Duration,
+        bound: Duration,
+    ) -> anyhow::Result<(usize, SystemTime)> {
+        let mut last: Option<(usize, SystemTime, Instant)> = None;
+        self.wait("every slot owned again", bound, |c| {
+            let mut owned = 0.0;
+            for i in (0..c.len()).filter(|&i| c.alive(i)) {
+                owned += c.scrape(i).ok()?.sum("tenure_slots_owned");
+            }
+            let owned = owned as usize;
+            if owned == count {
+                return Some((owned, SystemTime::now()));
+            }
+            match last {
+                Some((n, at, since)) if n == owned => {
+                    (since.elapsed() >= quiet).then_some((owned, at))
+                }
+                _ => {
+                    last = Some((owned, SystemTime::now(), Instant::now()));
+                    None
+                }
+            }
+        })
+    }
+
     /// Waits until the running nodes' own counts of owned slots add up to `count`;
     /// returns when that was first seen.
     fn wait_owned(
@@ -1128,22 +1174,32 @@ impl Cluster {
         count: usize,
         quiet: Duration,
         bound: Duration,
-    ) -> anyhow::Result<(usize, SystemTime)> {
+    ) -> anyhow::Result<(usize, SystemTime, Option<SystemTime>)> {
         let mut known: Option<(f64, Instant)> = None;
         let mut owned_since: Option<SystemTime> = None;
+        let mut balanced_since: Option<SystemTime> = None;
         let mut last_print = Instant::now();
         self.wait("every known slot owned", bound, |c| {
             let leader = (0..c.len()).find(|&i| c.alive(i) && c.is_leader(i).unwrap_or(false))?;
             let resources = c.scrape(leader).ok()?.sum("tenure_cluster_resources");
-            let mut owned = 0.0;
+            let mut per_node = Vec::new();
             for i in (0..c.len()).filter(|&i| c.alive(i)) {
-                owned += c.scrape(i).ok()?.sum("tenure_slots_owned");
+                per_node.push(c.scrape(i).ok()?.sum("tenure_slots_owned"));
             }
+            let owned: f64 = per_node.iter().sum();
+            let spread = per_node.iter().cloned().fold(f64::MIN, f64::max)
+                - per_node.iter().cloned().fold(f64::MAX, f64::min);
             let now = SystemTime::now();
             if resources > 0.0 && owned == resources {
                 owned_since.get_or_insert(now);
+                if spread <= 1.0 {
+                    balanced_since.get_or_insert(now);
+                } else {
+                    balanced_since = None;
+                }
             } else {
                 owned_since = None;
+                balanced_since = None;
             }
             if known.is_none_or(|(k, _)| k != resources) {
                 known = Some((resources, Instant::now()));
@@ -1159,7 +1215,7 @@ impl Cluster {
             let all = resources as usize == count;
             owned_since
                 .filter(|_| all || settled)
-                .map(|at| (resources as usize, at))
+                .map(|at| (resources as usize, at, balanced_since))
         })
     }
 

@@ -43,6 +43,8 @@ pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";
 
 /// The metrics endpoint is listening (`addr`).
 pub const METRICS_LISTENING: &str = "metrics.listening";
+/// The metrics endpoint could not accept a connection (e.g. out of file descriptors).
+pub const METRICS_ERROR: &str = "metrics.error";
 
 /// This node saw a new Raft leader (`node`, `term`).
 pub const CLUSTER_LEADER: &str = "cluster.leader";

@@ -32,6 +32,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::envelope::Reason;
+use crate::ratelimit::RateLimiter;
 use crate::rpc::KindCount;
 use crate::transport::TransportStats;
 
@@ -144,12 +145,15 @@ impl Drop for MetricsServer {
 
 async fn accept_loop(listener: TcpListener, probe: Arc<dyn Probe>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut warnings = RateLimiter::new(3, Duration::from_secs(60));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(error) => {
                 // Out of file descriptors and the like: wait rather than spin.
-                tracing::debug!(%error, "metrics: accept failed");
+                if let Some(held) = warnings.admit(std::time::Instant::now()) {
+                    tracing::warn!(event = crate::events::METRICS_ERROR, %error, suppressed = held, "metrics: cannot accept a connection");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
