@@ -42,7 +42,7 @@ use crate::raft::{Control, ControlOptions};
 use crate::rpc::Rpc;
 use crate::runtime::{CleanupReason, Runtime};
 use crate::supervisor::Deps;
-use crate::transport::{TlsFiles, TransportConfig};
+use crate::transport::{ResetKey, TlsFiles, TransportConfig};
 
 pub use grants::GIVE_UP_COOLDOWN;
 use leader::Liveness;
@@ -63,6 +63,8 @@ pub enum NodeError {
     },
     #[error("invalid listen address {0:?}: expected HOST:PORT with an IP address")]
     Listen(String),
+    #[error("cannot keep the transport's reset key in {path}: {why}")]
+    ResetKey { path: PathBuf, why: String },
     #[error("cannot record this run in {path}: {source}")]
     Incarnation {
         path: PathBuf,
@@ -116,6 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .await?;
     let transport = TransportConfig {
         listen,
+        reset_key: Some(reset_key(&config.data_dir)?),
         ..TransportConfig::default()
     };
     let rpc = Arc::new(Rpc::bind(transport, files, incarnation, service).await?);
@@ -394,6 +397,50 @@ fn tls_files(config: &Config) -> Result<TlsFiles, NodeError> {
         );
     }
     Ok(dev.node)
+}
+
+/// The node's QUIC stateless-reset secret, made once and kept in the data dir, so that
+/// after a restart a peer's connection to the previous run is reset at its next packet
+/// instead of timing out (a leader killed and restarted is otherwise unreachable on that
+/// connection for the whole idle timeout).
+fn reset_key(data_dir: &Path) -> Result<ResetKey, NodeError> {
+    let path = data_dir.join("reset.key");
+    let error = |why: String| NodeError::ResetKey {
+        path: path.clone(),
+        why,
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+                error(format!(
+                    "expected 32 bytes, found {}; delete the file to make a new key",
+                    bytes.len()
+                ))
+            })?;
+            return Ok(ResetKey(key));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(error(e.to_string())),
+    }
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| error("the system random source failed".into()))?;
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&key)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| error(e.to_string()))?;
+    Ok(ResetKey(key))
 }
 
 /// Returns this run's incarnation: one more than the last run's, recorded durably so

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::TransportError;
+use super::reset::ResetKey;
 
 /// Settings of a [`super::Transport`]. Start from `TransportConfig::default()` and set
 /// what differs.
@@ -50,6 +51,11 @@ pub struct TransportConfig {
     /// How long `bind` keeps retrying an address still held by a previous endpoint on a
     /// fixed port (default 3 s; quinn keeps a closed endpoint's port for about 2 s).
     pub bind_retry: Duration,
+    /// The secret behind QUIC stateless resets (default: a random one per endpoint). A
+    /// node keeps it across restarts, so that a peer still holding a connection to its
+    /// previous run is told at its next packet that the connection is gone, rather than
+    /// sending into it until `idle_timeout` (RFC 9000 §10.3).
+    pub reset_key: Option<ResetKey>,
 }
 
 impl Default for TransportConfig {
@@ -66,6 +72,7 @@ impl Default for TransportConfig {
             keep_alive: Duration::from_secs(2),
             reload_interval: Duration::from_millis(500),
             bind_retry: Duration::from_secs(3),
+            reset_key: None,
         }
     }
 }

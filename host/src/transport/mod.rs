@@ -49,6 +49,7 @@ mod frame;
 mod handler;
 mod peer;
 mod registry;
+mod reset;
 mod resolver;
 mod serve;
 mod stats;
@@ -73,6 +74,7 @@ pub use error::TransportError;
 pub use handler::Handler;
 pub use peer::PeerInfo;
 pub use registry::Direction;
+pub use reset::ResetKey;
 pub use resolver::Local;
 pub use stats::TransportStats;
 pub use wire::ALPN;
@@ -358,8 +360,18 @@ async fn bind_endpoint(
     server_config: quinn::ServerConfig,
 ) -> Result<quinn::Endpoint, TransportError> {
     let deadline = Instant::now() + config.bind_retry;
+    let endpoint_config = reset::endpoint_config(config.reset_key.as_ref());
+    let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
     loop {
-        match quinn::Endpoint::server(server_config.clone(), config.listen) {
+        let endpoint = std::net::UdpSocket::bind(config.listen).and_then(|socket| {
+            quinn::Endpoint::new(
+                endpoint_config.clone(),
+                Some(server_config.clone()),
+                socket,
+                runtime.clone(),
+            )
+        });
+        match endpoint {
             Ok(endpoint) => return Ok(endpoint),
             Err(e)
                 if e.kind() == std::io::ErrorKind::AddrInUse

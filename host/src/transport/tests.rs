@@ -718,6 +718,71 @@ async fn a_stopped_peer_fails_fast_and_is_dialed_again_when_it_returns() {
     assert!(n1.connected_to("n2"));
 }
 
+/// A peer that crashes (no close sent) and comes back on the same port with the same
+/// reset key resets our connection to its previous run at our next packet, so we redial
+/// at once instead of sending into a dead connection until the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_peer_back_on_its_port_resets_the_old_connection() {
+    init_logs();
+    let certs = Certs::new();
+    let settings = TransportConfig {
+        // Far beyond PATIENCE: only a stateless reset can end the old connection in time.
+        idle_timeout: Duration::from_secs(120),
+        request_timeout: Duration::from_secs(120),
+        reset_key: Some(ResetKey([7; 32])),
+        ..config()
+    };
+    let n1 = Node::start_with("n1", certs.node("n1"), settings.clone()).await;
+    let n2 = Node::start_with("n2", certs.node("n2"), settings.clone()).await;
+    n1.assert_serves(&n2).await;
+    let old = n1
+        .transport
+        .shared
+        .registry
+        .all()
+        .into_iter()
+        .find(|live| live.peer.identity.name == "n2" && live.direction == Direction::Dialed)
+        .expect("n1 dialed n2")
+        .conn
+        .clone();
+
+    // n2 "crashes": its endpoint moves to a socket that talks only to a sink nobody
+    // reads, so n1 never hears from it again and no close is ever sent.
+    // quinn keeps the previous socket until traffic arrives on the new one, so rebind
+    // twice: the second rebind lets go of the port.
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..2 {
+        let blackhole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        blackhole.connect(sink.local_addr().unwrap()).unwrap();
+        n2.transport.shared.endpoint.rebind(blackhole).unwrap();
+    }
+    let back = Node::start_with(
+        "n2",
+        n2.files.clone(),
+        TransportConfig {
+            listen: n2.addr,
+            ..settings
+        },
+    )
+    .await;
+    assert_eq!(back.addr, n2.addr);
+
+    // The next request goes out on the old connection; the new run answers it with a
+    // stateless reset. Neither the request nor the connection would time out within
+    // PATIENCE, so the old connection ends in time only if the reset works.
+    let n1 = Arc::new(n1);
+    let asking = {
+        let (n1, to, addr) = (n1.clone(), back.name.clone(), back.addr);
+        tokio::spawn(async move { n1.transport.request(&to, addr, b"hi".to_vec()).await })
+    };
+    wait_until("the old connection to be reset", || {
+        old.close_reason().is_some()
+    })
+    .await;
+    let _ = asking.await.unwrap();
+    n1.assert_serves(&back).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_reload_keeps_the_previous_identity() {
     init_logs();
