@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use quinn_proto::{ConnectionIdGenerator, HashedConnectionIdGenerator};
+use quinn_proto::HashedConnectionIdGenerator;
 use ring::hmac;
 
 /// The secret of QUIC stateless resets: 32 bytes, kept by the node across restarts.
@@ -54,6 +54,8 @@ fn cid_key(key: &ResetKey) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use quinn_proto::ConnectionIdGenerator;
+
     use super::*;
 
     #[test]
