@@ -679,8 +679,14 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
         );
     };
     assert!(said.contains("sha256:"), "names the fingerprint: {said}");
-    let status = wait_status(&c, "status lists the revoked fingerprint", |s| {
-        s["revoked"].as_array().is_some_and(|r| !r.is_empty())
+    // Asked of the leader: the victim is cut off and may never learn of its revocation.
+    let status = c.wait("status lists the revoked fingerprint", WAIT, |c| {
+        let status = c.status_via(via);
+        if status["revoked"].as_array().is_some_and(|r| !r.is_empty()) {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        None
     });
     eprintln!("revoked: {}", status["revoked"]);
 

@@ -48,6 +48,9 @@ pub const METRICS_ERROR: &str = "metrics.error";
 
 /// This node saw a new Raft leader (`node`, `term`).
 pub const CLUSTER_LEADER: &str = "cluster.leader";
+/// A restarted voter turned its elections on (`heard`: whether a leader reached it first,
+/// or the hold ran out).
+pub const CLUSTER_REJOINED: &str = "cluster.rejoined";
 /// This node opened a session (`session`).
 pub const SESSION_OPENED: &str = "session.opened";
 /// The leader committed the expiry of a node's session: its slots are vacant.

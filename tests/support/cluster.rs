@@ -519,7 +519,12 @@ impl Cluster {
 
     /// `tenure status --json` as the operator, which must succeed, parsed.
     pub fn status(&self) -> Value {
-        let output = self.admin(&["status", "--json"]);
+        self.status_via(*self.alive_nodes().first().expect("a running node"))
+    }
+
+    /// `tenure status --json` as the operator, asked of node `at`, parsed.
+    pub fn status_via(&self, at: usize) -> Value {
+        let output = self.admin_as(at, OPERATOR, &["status", "--json"]);
         assert!(
             output.status.success(),
             "tenure status --json failed ({}): {}",

@@ -9,7 +9,8 @@
 //! - **Up**: calls go through.
 //! - **Unknown** (never reached) or **Down** (the last call failed without an answer):
 //!   one call at a time goes through as a *probe*, and only once the backoff since the
-//!   last failure has passed (100 ms, doubling, at most 1 s); every other call is refused
+//!   last failure has passed (100 ms, then 200 ms, then 250 ms: a restarted peer must be
+//!   reached well within `rejoin::HOLD`); every other call is refused
 //!   at once as unreachable, with no I/O. A probe runs to the end of its own bounds in a
 //!   task of its own (see `network.rs`), so a slow handshake on a loaded machine still
 //!   completes and leaves a cached connection behind.
@@ -29,9 +30,9 @@ use crate::ratelimit::RateLimiter;
 /// The first wait after a failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between probes of a down peer.
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
-/// The backoff after `failures` consecutive failures: 100 ms doubling up to 1 s.
+/// The backoff after `failures` consecutive failures: 100 ms doubling up to 250 ms.
 pub(crate) fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(10);
     FIRST_BACKOFF
@@ -236,7 +237,7 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_a_second() {
         let got: Vec<_> = (1..=7).map(|n| backoff(n).as_millis()).collect();
-        assert_eq!(got, [100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(got, [100, 200, 250, 250, 250, 250, 250]);
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 }

@@ -13,7 +13,9 @@
 //! acknowledged), `state_machine.rs` (the applied `Cluster` and snapshots), `network.rs`
 //! and `link.rs` (Raft messages over signed calls; unreachable peers are gated and backed
 //! off), `kinds.rs` (message kinds), `service.rs` (answering them), `propose.rs`
-//! (forwarding commands to the leader), `membership.rs` (joining, promotion), `error.rs`.
+//! (forwarding commands to the leader), `membership.rs` (joining, promotion),
+//! `rejoin.rs` (a restarted voter holds its elections until a leader reaches it),
+//! `error.rs`.
 //!
 //! **Lifecycle.** [`Control::open`] opens the store and starts Raft, and returns the
 //! [`Service`] that answers the control plane's message kinds (others go to the node's
@@ -38,7 +40,8 @@
 //!
 //! What it deliberately does not do: remove members or demote voters (a dead voter stays
 //! a voter until an operator action exists), use PreVote (openraft 0.9 has none: a node
-//! returning from a partition may force one election), or decide anything about the
+//! returning from a partition may force one election; a *restarted* one does not, see
+//! `rejoin.rs`), or decide anything about the
 //! cluster state.
 
 mod db;
@@ -49,6 +52,7 @@ mod log_store;
 mod membership;
 mod network;
 mod propose;
+mod rejoin;
 mod service;
 mod state_machine;
 mod types;
@@ -200,6 +204,9 @@ impl ControlOptions {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             snapshot_max_chunk_size: (self.max_payload / 2) as u64,
             max_in_snapshot_log_to_keep: self.keep_logs,
+            // Turned on by `Control::open` (at once, or once a leader reached a
+            // restarted voter: `rejoin.rs`).
+            enable_elect: false,
             ..openraft::Config::default()
         }
         .validate()
@@ -236,6 +243,8 @@ pub(crate) struct Shared {
     metrics: watch::Receiver<Metrics>,
     cluster: Arc<RwLock<Cluster>>,
     applied: watch::Receiver<u64>,
+    /// Counts AppendEntries received: a leader has reached this node (`rejoin.rs`).
+    appends: watch::Sender<u64>,
 }
 
 impl Control {
@@ -274,12 +283,19 @@ impl Control {
             endpoint,
             cluster,
             applied,
+            appends: watch::Sender::new(0),
         });
         let (stop, stopped) = watch::channel(false);
-        let tasks = vec![tokio::spawn(membership::housekeeping(
+        let mut tasks = vec![tokio::spawn(membership::housekeeping(
             shared.clone(),
-            stopped,
+            stopped.clone(),
         ))];
+        // Elections start off (`raft_config`); see `rejoin.rs`.
+        if rejoin::should_hold(&shared).await {
+            tasks.push(tokio::spawn(rejoin::release(shared.clone(), stopped)));
+        } else {
+            shared.raft.runtime_config().elect(true);
+        }
         let service: Arc<dyn Service> = Arc::new(RaftService::new(shared.clone(), fallback));
         let control = Control {
             shared,

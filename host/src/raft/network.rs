@@ -14,7 +14,7 @@
 //! **Failures** map onto what openraft does next:
 //! - the peer could not be reached (dial or connection failure, no answer in time from a
 //!   peer not known to be up, a gated call, see `link.rs`) → `Unreachable`: replication
-//!   backs off ([`RaftNetwork::backoff`], 100 ms doubling to 1 s);
+//!   backs off ([`RaftNetwork::backoff`], 100 ms doubling to 250 ms);
 //! - no answer in time from a peer that is up → `Timeout`: retried at the next heartbeat;
 //! - an answer that is an error or unreadable → `Network`; a Raft error the peer
 //!   returned (it is shutting down, its storage failed) → `RemoteError`;

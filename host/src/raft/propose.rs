@@ -10,8 +10,10 @@
 //! no leader known yet, the target said it is not the leader (it checked before
 //! appending, or openraft told it the entry was truncated), or the request was never
 //! sent (the dial failed). A request that was sent and then lost its answer (connection
-//! lost, timeout) may have been committed: that is [`ProposeError::Unknown`], and the
-//! caller decides (re-read the state, or resend a command that is safe to repeat).
+//! lost, timeout, or this node stopped believing in that leader while waiting: a dead
+//! leader's connection can take seconds to time out) may have been committed: that is
+//! [`ProposeError::Unknown`], and the caller decides (re-read the state, or resend a
+//! command that is safe to repeat).
 //!
 //! Commands larger than a quarter of the Raft message limit are refused up front, so
 //! every entry fits a replication message on its own.
@@ -123,11 +125,30 @@ impl Shared {
             }
         };
         let call = attached.rpc.call(&leader.name, addr, PROPOSE, body);
-        let answer = match tokio::time::timeout_at(deadline.into(), call).await {
-            Ok(answer) => answer,
-            Err(_) => {
+        // A leader that died mid-call never answers, and its connection may take seconds
+        // to time out; once this node stops believing in it (an election began or
+        // another leader won), waiting on is pointless.
+        let mut metrics = self.metrics.clone();
+        let deposed = async {
+            while metrics.changed().await.is_ok() {
+                if self.leader().is_none_or(|(_, now)| now.name != leader.name) {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        let answer = tokio::select! {
+            answer = tokio::time::timeout_at(deadline.into(), call) => match answer {
+                Ok(answer) => answer,
+                Err(_) => {
+                    return Attempt::Done(Err(ProposeError::Unknown(format!(
+                        "no answer from the leader {leader} within the bound"
+                    ))));
+                }
+            },
+            () = deposed => {
                 return Attempt::Done(Err(ProposeError::Unknown(format!(
-                    "no answer from the leader {leader} within the bound"
+                    "the leader {leader} was replaced while its answer was awaited"
                 ))));
             }
         };

@@ -70,6 +70,7 @@ impl Shared {
             APPEND_ENTRIES => {
                 let request: AppendEntriesRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+                self.appends.send_modify(|n| *n += 1);
                 let answer = self.raft.append_entries(request).await.map_err(fatal);
                 encode(&answer)
             }

@@ -28,8 +28,9 @@ pub struct TransportConfig {
     /// handler, the response (default 5 s). Also bounds a remote handler on the server side.
     pub request_timeout: Duration,
     /// Bound on one connection attempt, QUIC and TLS handshake together, both when we dial
-    /// and when a peer dials us (default 2 s). A dial to an unbound UDP port gets no answer
-    /// at all, so this is what makes a dead peer fail fast.
+    /// and when a peer dials us (default 1 s: a handshake takes a few round trips). A dial
+    /// to an unbound UDP port gets no answer at all, so this is what makes a dead peer fail
+    /// fast, and it bounds how long a peer that restarts mid-dial waits to be reached.
     pub dial_timeout: Duration,
     /// Time an incoming stream has to deliver its whole request (default 5 s); a slower
     /// stream is closed and counted.
@@ -64,7 +65,7 @@ impl Default for TransportConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             max_frame: 1 << 20,
             request_timeout: Duration::from_secs(5),
-            dial_timeout: Duration::from_secs(2),
+            dial_timeout: Duration::from_secs(1),
             stream_read_timeout: Duration::from_secs(5),
             max_streams_per_connection: 64,
             max_connections: 256,
