@@ -235,6 +235,30 @@ impl Cluster {
         self.pki.path().join("certs")
     }
 
+    /// Rotates node `i`'s key and certificate in place with `tenure certs rotate`, as an
+    /// operator would while the node runs (it reloads them from its files).
+    pub fn rotate_cert(&self, i: usize) {
+        let name = self.name(i);
+        let certs = self.certs_dir();
+        let cert = certs.join(format!("{name}.pem"));
+        let key = certs.join(format!("{name}.key"));
+        certs_cmd(
+            self.pki.path(),
+            &[
+                "certs",
+                "rotate",
+                "--ca",
+                path_str(&self.ca_dir()),
+                "--node",
+                name,
+                "--cert",
+                path_str(&cert),
+                "--key",
+                path_str(&key),
+            ],
+        );
+    }
+
     /// Adds a node that joins through every current member (`join = [...]`), with its
     /// own certificate and a free loopback port, and returns its index. It does not run
     /// until [`Cluster::spawn`].

@@ -216,6 +216,24 @@ fn clean_env(command: &mut Command) {
     }
 }
 
+/// The node is killed (SIGKILL) when the thread that spawned it ends, so an interrupted
+/// or crashed test run leaves no node running: [`Drop`] covers a test that fails, this
+/// covers one whose process is killed. The signal survives the `ip netns exec` wrapper's
+/// exec.
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+    // which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -443,6 +461,7 @@ impl Node {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        die_with_parent(&mut command);
         let mut child = command.spawn().expect("spawning tenure run");
         eprintln!("[{}] spawned tenure run (pid {})", self.name, child.id());
         let capture = Capture::new();
