@@ -1,5 +1,7 @@
 //! [`Cluster::apply`]: the state transitions. Deterministic: no clock, no I/O.
 
+use std::collections::BTreeMap;
+
 use super::state::*;
 use crate::runtime::MAX_STATE_BYTES;
 
@@ -14,25 +16,22 @@ impl Cluster {
                 Response::Done
             }
             Command::Advertise { node, plugins } => {
-                let Some(member) = self.members.get_mut(&node) else {
+                let Some(member) = self.members.get(&node) else {
                     return unknown(&node);
                 };
-                // A new version of a plugin gets a fresh chance on a node that gave up
-                // on the old one.
-                for (resource, advert) in &plugins {
-                    let changed = member
-                        .plugins
-                        .get(resource)
-                        .is_none_or(|old| old.digest != advert.digest);
-                    if changed && let Some(cooldown) = self.cooldown.get_mut(resource) {
-                        cooldown.remove(&node);
-                        if cooldown.is_empty() {
-                            self.cooldown.remove(resource);
-                        }
-                    }
+                let remove: Vec<String> = member
+                    .plugins
+                    .keys()
+                    .filter(|r| !plugins.contains_key(*r))
+                    .cloned()
+                    .collect();
+                self.advertise(&node, plugins, remove)
+            }
+            Command::AdvertiseChanges { node, set, remove } => {
+                if !self.members.contains_key(&node) {
+                    return unknown(&node);
                 }
-                member.plugins = plugins;
-                Response::Done
+                self.advertise(&node, set, remove)
             }
             Command::OpenSession { node, at_ms } => {
                 let Some(member) = self.members.get_mut(&node) else {
@@ -282,6 +281,36 @@ impl Cluster {
     }
 
     /// Vacates every slot `node` holds.
+    /// Sets and removes adverts of a known member. A new version of a plugin gets a fresh
+    /// chance on a node that gave up on the old one.
+    fn advertise(
+        &mut self,
+        node: &str,
+        set: BTreeMap<String, Advert>,
+        remove: Vec<String>,
+    ) -> Response {
+        let Some(member) = self.members.get_mut(node) else {
+            return unknown(node);
+        };
+        for resource in remove {
+            member.plugins.remove(&resource);
+        }
+        for (resource, advert) in set {
+            let changed = member
+                .plugins
+                .get(&resource)
+                .is_none_or(|old| old.digest != advert.digest);
+            if changed && let Some(cooldown) = self.cooldown.get_mut(&resource) {
+                cooldown.remove(node);
+                if cooldown.is_empty() {
+                    self.cooldown.remove(&resource);
+                }
+            }
+            member.plugins.insert(resource, advert);
+        }
+        Response::Done
+    }
+
     fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
         let held: Vec<(String, u32, u64)> = self
             .slots_of(node)
@@ -383,6 +412,60 @@ mod tests {
             Response::Granted { token, .. } => token,
             other => panic!("not granted: {other:?}"),
         }
+    }
+
+    #[test]
+    fn adverts_are_replaced_whole_or_changed_in_parts() {
+        let mut log = Log::new();
+        let advert = |digest: &str| Advert {
+            plugin: "p".into(),
+            version: V1,
+            digest: digest.into(),
+            tickets: 1,
+            require: BTreeMap::new(),
+        };
+        let held = |log: &Log| -> Vec<(String, String)> {
+            log.cluster.members["a"]
+                .plugins
+                .iter()
+                .map(|(r, a)| (r.clone(), a.digest.clone()))
+                .collect()
+        };
+        let changes = |set: &[(&str, &str)], remove: &[&str]| Command::AdvertiseChanges {
+            node: "a".into(),
+            set: set
+                .iter()
+                .map(|(r, d)| (r.to_string(), advert(d)))
+                .collect(),
+            remove: remove.iter().map(|r| r.to_string()).collect(),
+        };
+        assert_eq!(
+            log.apply(changes(&[("r1", "d"), ("r2", "d")], &[])),
+            Response::Done
+        );
+        assert_eq!(
+            log.apply(changes(&[("r3", "d"), ("r2", "e")], &["r1"])),
+            Response::Done
+        );
+        assert_eq!(
+            held(&log),
+            [("r2".into(), "e".into()), ("r3".into(), "d".into())]
+        );
+        log.apply(Command::Advertise {
+            node: "a".into(),
+            plugins: [("r4".to_owned(), advert("d"))].into(),
+        });
+        assert_eq!(held(&log), [("r4".into(), "d".into())], "replaced whole");
+        let unknown = Command::AdvertiseChanges {
+            node: "zz".into(),
+            set: BTreeMap::new(),
+            remove: Vec::new(),
+        };
+        assert_ne!(
+            log.apply(unknown),
+            Response::Done,
+            "an unknown node is refused"
+        );
     }
 
     #[test]

@@ -160,10 +160,18 @@ pub enum Command {
         addr: String,
         labels: BTreeMap<String, String>,
     },
-    /// Replaces the list of plugins a node can run.
+    /// Replaces the list of plugins a node can run (an empty list withdraws them all).
     Advertise {
         node: String,
         plugins: BTreeMap<String, Advert>,
+    },
+    /// Changes part of that list: `set` adds or replaces adverts, `remove` withdraws the
+    /// adverts of those resources. A node advertises its folder in commands of this kind
+    /// small enough for one log entry each, however many plugins it holds.
+    AdvertiseChanges {
+        node: String,
+        set: BTreeMap<String, Advert>,
+        remove: Vec<String>,
     },
     /// Opens a new session for a node (closing any previous one and vacating its slots).
     /// Answered with [`Response::Session`].

@@ -3,6 +3,7 @@
 //! A node is a member of a Raft cluster (on the single-node default, a one-voter cluster
 //! on the same code path). Its parts, each in its own file:
 //! - `plugins.rs`: the plugins folder compiled, and the adverts (what it can run);
+//! - `adverts.rs`: the adverts proposed to the cluster, as differences in bounded parts;
 //! - `session.rs`: its session, renewed with the leader, and the lease deadline;
 //! - `leader.rs`: while it leads, session expiry and the placement plan;
 //! - `owner.rs`: the slots granted to it, run by supervisors;
@@ -16,6 +17,7 @@
 //! plugins are stopped locally instead; their slots then move when the session expires.
 
 mod admin;
+mod adverts;
 mod grants;
 mod leader;
 mod owner;
@@ -34,7 +36,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::catalog::{self, Change};
-use crate::cluster::{Advert, Command, Handover};
+use crate::cluster::{Command, Handover};
 use crate::config::Config;
 use crate::events;
 use crate::ownership::LeaseTiming;
@@ -179,7 +181,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let leader = tokio::spawn(leader::lead(shared.clone(), liveness, stop.clone()));
     let (adverts_tx, adverts_rx) = watch::channel(None);
-    let advertiser = tokio::spawn(advertise_loop(shared.clone(), adverts_rx));
+    let advertiser = tokio::spawn(adverts::advertise_loop(shared.clone(), adverts_rx));
 
     let (changes_tx, mut changes) = mpsc::channel(64);
     let watcher = tokio::spawn(catalog::watch(config.plugins_dir.clone(), changes_tx));
@@ -207,9 +209,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
                 }
                 Some(change) => {
-                    if folder.apply(change).await {
+                    // Every change already queued is applied before the plugins and
+                    // adverts are recomputed and the slots reconciled: a folder of
+                    // thousands of plugins loads in one pass, not one pass per plugin.
+                    let mut changed = folder.apply(change).await;
+                    let mut ready = false;
+                    while let Ok(next) = changes.try_recv() {
+                        match next {
+                            Change::InitialScanComplete => ready = true,
+                            next => changed |= folder.apply(next).await,
+                        }
+                    }
+                    if changed {
                         plugins = folder.plugins();
                         adverts_tx.send_replace(Some(folder.adverts()));
+                    }
+                    if ready {
+                        tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
                     }
                 }
                 None => break,
@@ -328,41 +344,6 @@ async fn introduce(shared: &Shared, addr: String, labels: BTreeMap<String, Strin
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Proposes the latest adverts whenever they change, retrying failures.
-async fn advertise_loop(
-    shared: Arc<Shared>,
-    mut adverts: watch::Receiver<Option<BTreeMap<String, Advert>>>,
-) {
-    loop {
-        let Some(current) = adverts.borrow_and_update().clone() else {
-            if adverts.changed().await.is_err() {
-                return;
-            }
-            continue;
-        };
-        let command = Command::Advertise {
-            node: shared.me.clone(),
-            plugins: current,
-        };
-        match shared.propose(command).await {
-            Ok(crate::cluster::Response::Done) => {
-                if adverts.changed().await.is_err() {
-                    return;
-                }
-            }
-            // Refused: this node's `Join` is not applied yet; retried below.
-            Ok(other) => {
-                tracing::debug!(event = events::CONTROL_ERROR, answer = ?other, "the plugins are not advertised yet");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(error) => {
-                tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot advertise the plugins yet");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
     }
 }
 

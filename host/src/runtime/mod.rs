@@ -328,6 +328,13 @@ impl Plugin {
     }
 }
 
+/// Plugin instances one node can run at once with the pooling allocator (running plugins
+/// plus cleanups in progress). A start beyond it fails and is retried like any failed start.
+/// The bound under it is the kernel's: each live instance maps about 12 regions, and
+/// Linux allows 65,530 per process by default (`vm.max_map_count`); 5,400 instances
+/// failed with ENOMEM on this project's machine (BENCHMARKS.md).
+pub const MAX_INSTANCES: u32 = 4_000;
+
 fn engine_config(pooling: bool) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
@@ -335,13 +342,14 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
-        // Room for 1,000 live plugin instances. A small Rust component has one memory and
-        // three core instances; the reservation is virtual address space, not RAM.
-        pool.total_component_instances(1_000)
-            .total_core_instances(4_000)
-            .total_memories(1_000)
-            .total_tables(4_000)
-            .total_stacks(1_000)
+        // Room for MAX_INSTANCES live plugin instances. A small Rust component has one
+        // memory and three core instances; the reservation is virtual address space, not
+        // RAM (about 4 GiB per memory slot: 16 TiB of the 128 TiB a process may map).
+        pool.total_component_instances(MAX_INSTANCES)
+            .total_core_instances(4 * MAX_INSTANCES)
+            .total_memories(MAX_INSTANCES)
+            .total_tables(4 * MAX_INSTANCES)
+            .total_stacks(MAX_INSTANCES)
             .max_memory_size(4 << 30);
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
