@@ -478,10 +478,9 @@ fn convergence_section(
     println!("{label}: {}", summary.describe("ms", 0));
     table.row(&label, &summary, "ms", 0, "", &load);
 
-    // What the control plane knows: a node advertises its whole folder in one command,
-    // which must fit the command size limit. Converged: the slots of every resource the
-    // cluster knows are owned, and either that is all of them or the known count has
-    // not moved for 20 s.
+    // What the control plane knows: the resources some node advertises. Converged: the
+    // slots of every resource the cluster knows are owned, and either that is all of
+    // them or the known count has not moved for 20 s.
     let (advertised, owned_at, balanced_at) =
         match cluster.wait_converged(resources, Duration::from_secs(20), bound) {
             Ok(found) => found,
@@ -498,9 +497,8 @@ fn convergence_section(
     let target = advertised.min(resources);
     if advertised < resources {
         println!(
-            "  !! only {advertised} of {resources} resources are advertised in the replicated state: \
-             the nodes cannot advertise more (see their `cannot advertise the plugins yet` debug \
-             lines: the Advertise command exceeds the command size limit). Convergence below is \
+            "  !! only {advertised} of {resources} resources are advertised in the replicated state \
+             (see the nodes' `cannot advertise the plugins yet` debug lines). Convergence below is \
              measured for the {advertised} resources the control plane knows, NOT {resources}."
         );
     }
