@@ -21,6 +21,7 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
     let mut draining = Vec::new();
     let mut lacking: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     let mut cooling = Vec::new();
+    let mut full = Vec::new();
     for &i in &win.runners {
         let name = view.nodes[i].name;
         if view.nodes[i].member.draining {
@@ -31,11 +32,14 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
             cooling.push((name, until));
         } else if let Some(n) = view.holds(i) {
             holding.push(format!("{name} has {resource}/{n}"));
+        } else if view.full(i) {
+            full.push(name);
         }
     }
     let mut clauses = Vec::new();
     if !holding.is_empty() {
-        let only = draining.is_empty() && lacking.is_empty() && cooling.is_empty();
+        let only =
+            draining.is_empty() && lacking.is_empty() && cooling.is_empty() && full.is_empty();
         clauses.push(if only {
             format!(
                 "every eligible node already holds a slot of {resource} ({}): {} tickets, {} \
@@ -59,6 +63,14 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
     for (labels, nodes) in &lacking {
         let verb = verb(nodes.len(), "lacks", "lack");
         clauses.push(format!("{} {verb} labels {labels}", nodes.join(", ")));
+    }
+    if !full.is_empty() {
+        let verb = verb(full.len(), "is", "are");
+        clauses.push(format!(
+            "{} {verb} full ({} slots, the most a node runs)",
+            full.join(", "),
+            view.max_slots
+        ));
     }
     for (name, until) in cooling {
         clauses.push(format!(

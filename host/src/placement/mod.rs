@@ -23,6 +23,10 @@
 //! handing over) and is not cooling down for the resource (`cluster.cooldown`, set when
 //! its plugin kept failing there).
 //!
+//! A node is also not eligible while its load (below) has reached
+//! [`Options::max_slots`], the number of plugins it can run at once; a slot without
+//! another eligible node then waits, pending, rather than failing to start.
+//!
 //! **Vacant slots** `0..tickets` go first to the node `cluster.preferred` names (the
 //! target of an operator move or a rebalance) if it is eligible, then to the eligible node
 //! with the lowest *load*, then the oldest session, then the name. A node's load is the
@@ -131,7 +135,15 @@ pub struct Options {
     /// (ms). Placement only reads `cluster.cooldown`; the node that gives a slot up sets
     /// `until_ms = now + cooldown_ms` in its `GiveUp`. Default 60 000.
     pub cooldown_ms: u64,
+    /// The most slots one node is given: a node whose load reached it is not eligible
+    /// (and not a rebalancing target) until its load falls. Default [`MAX_SLOTS`].
+    pub max_slots: usize,
 }
+
+/// Slots a node can run: nine tenths of the runtime's instance pool
+/// ([`crate::runtime::MAX_INSTANCES`]), leaving room for the instances of slots being
+/// handed away and of cleanups on fresh instances, which the load does not count.
+pub const MAX_SLOTS: usize = crate::runtime::MAX_INSTANCES as usize / 10 * 9;
 
 impl Default for Options {
     fn default() -> Self {
@@ -139,6 +151,7 @@ impl Default for Options {
             min_term_ms: 10_000,
             max_moves: 0,
             cooldown_ms: 60_000,
+            max_slots: MAX_SLOTS,
         }
     }
 }
@@ -183,7 +196,7 @@ impl Plan {
 /// The leader's plan for `cluster` at `now_ms` (its wall clock, ms since the Unix epoch,
 /// the same clock as `since_ms` and cooldowns). Pure: no I/O, no clock reads.
 pub fn plan(cluster: &Cluster, now_ms: u64, options: &Options) -> Plan {
-    let mut view = View::new(cluster, now_ms);
+    let mut view = View::new(cluster, now_ms, options.max_slots);
     let mut out = Plan::default();
     // Resources where nothing moves and nothing is vacant: rebalancing may move them.
     let mut settled: Vec<Settled<'_>> = Vec::new();

@@ -13,7 +13,7 @@
 //! giveup r/0 until=60000     # GiveUp: a cooldown for the owner
 //! drain a | undrain a | kill a | start a     # kill ends the session, start opens one
 //! time 20000 | advance 1000  # the leader's clock, ms
-//! options min_term=10000 max_moves=2
+//! options min_term=10000 max_moves=2 max_slots=3
 //!
 //! # planning
 //! plan                       # the plan at the current time
@@ -149,6 +149,9 @@ impl Sim {
                 }
                 if let Some(v) = flags.get("max_moves") {
                     self.options.max_moves = self.number(v) as usize;
+                }
+                if let Some(v) = flags.get("max_slots") {
+                    self.options.max_slots = self.number(v) as usize;
                 }
             }
             "plan" => {

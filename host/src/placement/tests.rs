@@ -40,6 +40,32 @@ fn fewest_slots_then_oldest_session() {
 }
 
 #[test]
+fn a_full_node_gets_no_more_slots() {
+    run("
+        options max_slots=2
+        node a
+        node b
+        plugin p on a b
+        plugin q on a b
+        plugin r on a b
+        plugin s on a b
+        plugin t on a
+        plan
+        expect assign p/0 a
+        expect assign q/0 b
+        expect assign r/0 a
+        expect assign s/0 b
+        expect pending t/0 \"a is full (2 slots, the most a node runs)\"
+        apply
+        plan
+        expect pending t/0 \"a is full\"
+        options max_slots=3
+        plan
+        expect assign t/0 a
+    ");
+}
+
+#[test]
 fn a_node_holds_one_slot_of_a_resource_and_the_rest_is_pending() {
     run("
         node a

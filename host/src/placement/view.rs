@@ -50,6 +50,8 @@ pub(super) struct View<'a> {
     /// order, as (index into the plan's settled list, slot): the candidates for
     /// rebalancing. Filled as the plan goes.
     pub owned: Vec<Vec<(usize, u32, &'a Slot)>>,
+    /// The most slots a node is given ([`super::Options::max_slots`]).
+    pub max_slots: usize,
     /// Granted slots in the state (any owner).
     pub granted: usize,
     /// Slots being handed over in the state.
@@ -61,7 +63,7 @@ pub(super) struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    pub fn new(cluster: &'a Cluster, now_ms: u64) -> Self {
+    pub fn new(cluster: &'a Cluster, now_ms: u64, max_slots: usize) -> Self {
         let nodes = live_nodes(cluster);
         let by_name = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
         let mut view = View {
@@ -73,6 +75,7 @@ impl<'a> View<'a> {
             marked: Vec::new(),
             nodes,
             by_name,
+            max_slots,
             granted: 0,
             releasing: 0,
         };
@@ -116,9 +119,21 @@ impl<'a> View<'a> {
         (until > self.now_ms).then_some(until)
     }
 
+    /// Whether node `i` has reached [`View::max_slots`].
+    pub fn full(&self, i: usize) -> bool {
+        self.load[i] >= self.max_slots
+    }
+
     /// Whether node `i` could take a slot of `resource` if it held none: live (by
-    /// construction), not draining, runs the winner, has the labels, not cooling down.
+    /// construction), not draining, runs the winner, has the labels, not cooling down,
+    /// not full.
     pub fn fit(&self, i: usize, resource: &str, win: &Win<'_>) -> bool {
+        self.can_run(i, resource, win) && !self.full(i)
+    }
+
+    /// [`View::fit`] without the load: not draining, runs the winner, has the labels,
+    /// not cooling down.
+    fn can_run(&self, i: usize, resource: &str, win: &Win<'_>) -> bool {
         !self.nodes[i].member.draining
             && win.runs(i)
             && self.has_labels(i, win)
@@ -146,9 +161,9 @@ impl<'a> View<'a> {
     }
 
     /// Whether a slot of `resource` held by `owner` has a successor after a handover: an
-    /// eligible node, or the owner itself once it has released.
+    /// eligible node, or the owner itself once it has released (which frees its place).
     pub fn successor_exists(&self, resource: &str, win: &Win<'_>, owner: usize) -> bool {
-        self.fit(owner, resource, win)
+        self.can_run(owner, resource, win)
             || win.runners.iter().any(|&i| self.eligible(i, resource, win))
     }
 
