@@ -162,7 +162,12 @@ pub fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stdout);
     match format {
-        LogFormat::Text => builder.with_target(false).init(),
+        // Colours only on a terminal: a log piped to a file or a journal gets plain text.
+        LogFormat::Text => {
+            use std::io::IsTerminal as _;
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_target(false).with_ansi(colour).init()
+        }
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
