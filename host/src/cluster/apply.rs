@@ -49,7 +49,7 @@ impl Cluster {
             Command::EndSession {
                 node,
                 session,
-                expired,
+                expired_in,
                 at_ms,
             } => {
                 let Some(member) = self.members.get_mut(&node) else {
@@ -58,8 +58,11 @@ impl Cluster {
                 if member.session.as_ref().map(|s| s.id) != Some(session) {
                     return Response::Stale;
                 }
+                if expired_in.is_some_and(|decided| decided != term) {
+                    return Response::Stale;
+                }
                 member.session = None;
-                let kind = if expired {
+                let kind = if expired_in.is_some() {
                     HistoryKind::Expired
                 } else {
                     HistoryKind::Released
@@ -530,7 +533,7 @@ mod tests {
         log.apply(Command::EndSession {
             node: "a".into(),
             session: a,
-            expired: true,
+            expired_in: Some(1),
             at_ms: 0,
         });
         assert_eq!(log.save(old, b"zombie"), Response::Stale);
@@ -614,7 +617,7 @@ mod tests {
         let stale = log.apply(Command::EndSession {
             node: "a".into(),
             session: a,
-            expired: true,
+            expired_in: Some(1),
             at_ms: 0,
         });
         assert_eq!(
@@ -623,6 +626,28 @@ mod tests {
             "an old session cannot end the new one"
         );
         assert!(log.cluster.members["a"].session.is_some());
+    }
+
+    #[test]
+    fn an_expiry_counts_only_in_the_term_that_decided_it() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let r = token(log.assign("r", 0, "a", a));
+        let expire = |term| Command::EndSession {
+            node: "a".into(),
+            session: a,
+            expired_in: Some(term),
+            at_ms: 0,
+        };
+        // Decided by the leader of term 1, appended by the leader of term 2 (forwarded).
+        log.index += 1;
+        assert_eq!(log.cluster.apply(log.index, 2, expire(1)), Response::Stale);
+        assert!(log.cluster.members["a"].session.is_some());
+        assert_eq!(log.cluster.slot("r", 0).map(|s| s.token), Some(r));
+        log.index += 1;
+        assert_eq!(log.cluster.apply(log.index, 2, expire(2)), Response::Done);
+        assert!(log.cluster.members["a"].session.is_none());
+        assert!(log.cluster.slot("r", 0).is_none());
     }
 
     #[test]

@@ -177,11 +177,17 @@ pub enum Command {
     /// Answered with [`Response::Session`].
     OpenSession { node: String, at_ms: u64 },
     /// Ends a session: its slots become vacant. Proposed by the leader when renewals
-    /// stopped (`expired`), or by the node itself on a clean leave.
+    /// stopped (`expired_in`: the term of the leader that saw them stop), or by the node
+    /// itself on a clean leave (`None`).
+    ///
+    /// An expiry is valid only in the term that decided it: the renewal receive times it
+    /// rests on are that leader's memory. Applied from an entry of another term (a deposed
+    /// leader's proposal forwarded to its successor, or a leader that lost and regained
+    /// leadership in between), it is refused as [`Response::Stale`].
     EndSession {
         node: String,
         session: u64,
-        expired: bool,
+        expired_in: Option<u64>,
         at_ms: u64,
     },
     /// Grants a vacant slot to a node with a live session. Answered with

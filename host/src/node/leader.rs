@@ -5,8 +5,12 @@
 //! replicated. A session expires at `receive time of its last renewal + T`; a new leader
 //! (a new term) first gives every session a full T from the moment it sees it, because it
 //! cannot know when the previous leader last heard from anyone. Expiry is a committed
-//! command (`EndSession { expired: true }`), and only its application vacates the slots,
-//! so reassignment always comes after it, with new tokens.
+//! command, `EndSession { expired_in: Some(term) }`, and only its application vacates the
+//! slots, so reassignment always comes after it, with new tokens. It carries the term
+//! whose renewal times it rests on and is refused from an entry of any other term: a
+//! leader deposed between its decision and its proposal has the proposal forwarded to
+//! its successor, which has heard renewals the deposed one has not (the fault run found
+//! this: the successor granted a live node's slot away).
 //!
 //! Every node runs [`lead`]; it acts only while its Raft node is the leader, and on every
 //! node it reports leader changes (`cluster.leader`).
@@ -131,7 +135,7 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
                 .map(|(node, session)| Command::EndSession {
                     node: node.clone(),
                     session: *session,
-                    expired: true,
+                    expired_in: Some(term),
                     at_ms,
                 })
                 .collect();

@@ -323,7 +323,7 @@ async fn end_session(shared: &Arc<Shared>) {
     let command = Command::EndSession {
         node: shared.me.clone(),
         session,
-        expired: false,
+        expired_in: None,
         at_ms: now_ms(),
     };
     let _ = tokio::time::timeout(SHUTDOWN_COMMIT, shared.propose(command)).await;

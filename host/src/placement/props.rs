@@ -372,7 +372,7 @@ fn ten_thousand_resources_on_five_nodes() {
         Command::EndSession {
             node: "n5".into(),
             session,
-            expired: true,
+            expired_in: Some(1),
             at_ms: now,
         },
     );

@@ -133,7 +133,7 @@ impl Sim {
                 self.apply(Command::EndSession {
                     node: args[0].into(),
                     session,
-                    expired: true,
+                    expired_in: Some(1),
                     at_ms: self.now_ms,
                 });
             }
