@@ -5,9 +5,10 @@
 //! every change would write O(n) bytes per loaded plugin, O(n²) in all, while a large
 //! folder loads. So the node proposes only the difference between what it can run and what
 //! the replicated state says it can run, as [`Command::AdvertiseChanges`] of at most
-//! [`PART_BYTES`] each. The difference is taken against the replicated state itself (when
-//! a proposal fails, against the local replica, which may lag: re-sending a change is
-//! harmless), so a node that restarts or loses a proposal converges without bookkeeping.
+//! [`PART_BYTES`] each. After a start or a failed proposal it sends every advert again
+//! and withdraws what its local replica shows and it no longer has (setting an advert to
+//! its current value changes nothing); after that, only differences from what it has
+//! had committed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,11 +44,18 @@ pub async fn advertise_loop(
         };
         let mut committed = match known.take() {
             Some(known) => known,
+            // After a start or a failed proposal the local replica may lag the leader (a
+            // clean shutdown's withdrawal of every advert may not have been applied here
+            // before the exit), so it is trusted only for what to withdraw: every wanted
+            // advert is sent again.
             None => shared.read(|c| {
                 c.members
                     .get(&shared.me)
                     .map(|m| m.plugins.clone())
                     .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(resource, _)| !wanted.contains_key(resource))
+                    .collect()
             }),
         };
         let mut failed = false;
