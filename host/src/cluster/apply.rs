@@ -410,6 +410,17 @@ mod tests {
         }
     }
 
+    /// An advert of plugin `p` 1.0.0 with `digest`.
+    fn advert(digest: &str) -> Advert {
+        Advert {
+            plugin: "p".into(),
+            version: V1,
+            digest: digest.into(),
+            tickets: 1,
+            require: BTreeMap::new(),
+        }
+    }
+
     fn token(response: Response) -> u64 {
         match response {
             Response::Granted { token, .. } => token,
@@ -420,13 +431,6 @@ mod tests {
     #[test]
     fn adverts_are_replaced_whole_or_changed_in_parts() {
         let mut log = Log::new();
-        let advert = |digest: &str| Advert {
-            plugin: "p".into(),
-            version: V1,
-            digest: digest.into(),
-            tickets: 1,
-            require: BTreeMap::new(),
-        };
         let held = |log: &Log| -> Vec<(String, String)> {
             log.cluster.members["a"]
                 .plugins
@@ -666,13 +670,6 @@ mod tests {
         assert!(log.cluster.slot("r", 0).is_none());
         assert_eq!(log.cluster.cooldown["r"]["a"], 5_000);
 
-        let advert = |digest: &str| Advert {
-            plugin: "p".into(),
-            version: V1,
-            digest: digest.into(),
-            tickets: 1,
-            require: BTreeMap::new(),
-        };
         let advertise = |digest: &str| Command::Advertise {
             node: "a".into(),
             plugins: [("r".to_owned(), advert(digest))].into(),
