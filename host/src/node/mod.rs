@@ -205,20 +205,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tokio::select! {
             _ = shutdown.as_mut() => break,
             change = changes.recv() => match change {
-                Some(Change::InitialScanComplete) => {
-                    tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
-                }
-                Some(change) => {
+                Some(first) => {
                     // Every change already queued is applied before the plugins and
                     // adverts are recomputed and the slots reconciled: a folder of
                     // thousands of plugins loads in one pass, not one pass per plugin.
-                    let mut changed = folder.apply(change).await;
-                    let mut ready = false;
-                    while let Ok(next) = changes.try_recv() {
-                        match next {
+                    let (mut changed, mut ready) = (false, false);
+                    let mut next = Some(first);
+                    while let Some(change) = next {
+                        match change {
                             Change::InitialScanComplete => ready = true,
-                            next => changed |= folder.apply(next).await,
+                            change => changed |= folder.apply(change).await,
                         }
+                        next = changes.try_recv().ok();
                     }
                     if changed {
                         plugins = folder.plugins();
