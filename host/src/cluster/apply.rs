@@ -16,23 +16,13 @@ impl Cluster {
                 Response::Done
             }
             Command::Advertise { node, plugins } => {
-                let Some(member) = self.members.get(&node) else {
-                    return unknown(&node);
-                };
-                let remove: Vec<String> = member
-                    .plugins
-                    .keys()
-                    .filter(|r| !plugins.contains_key(*r))
-                    .cloned()
-                    .collect();
+                let remove = self.members.get(&node).map_or_else(Vec::new, |member| {
+                    let gone = member.plugins.keys().filter(|r| !plugins.contains_key(*r));
+                    gone.cloned().collect()
+                });
                 self.advertise(&node, plugins, remove)
             }
-            Command::AdvertiseChanges { node, set, remove } => {
-                if !self.members.contains_key(&node) {
-                    return unknown(&node);
-                }
-                self.advertise(&node, set, remove)
-            }
+            Command::AdvertiseChanges { node, set, remove } => self.advertise(&node, set, remove),
             Command::OpenSession { node, at_ms } => {
                 let Some(member) = self.members.get_mut(&node) else {
                     return unknown(&node);
@@ -283,7 +273,6 @@ impl Cluster {
         Some(removed.owner)
     }
 
-    /// Vacates every slot `node` holds.
     /// Sets and removes adverts of a known member. A new version of a plugin gets a fresh
     /// chance on a node that gave up on the old one.
     fn advertise(
@@ -314,6 +303,7 @@ impl Cluster {
         Response::Done
     }
 
+    /// Vacates every slot `node` holds.
     fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
         let held: Vec<(String, u32, u64)> = self
             .slots_of(node)
