@@ -41,7 +41,8 @@ use anyhow::{Context, bail, ensure};
 use tempfile::TempDir;
 use tenure::ownership::Grant;
 use tenure::runtime::{
-    BoxFuture, CacheUse, Failure, InstanceContext, Plugin, Runtime, StateBackend, StateError,
+    BoxFuture, CacheUse, Failure, InstanceContext, NodeLease, Plugin, Runtime, StateBackend,
+    StateError,
 };
 use tokio::task::JoinHandle;
 
@@ -186,10 +187,19 @@ fn context(
         node: "bench".to_string(),
         token,
         term: 0,
+        session: 1,
     };
+    // A lease that holds for the whole run, enforced as on a node (the engine checks it
+    // at every epoch tick).
+    let lease = Arc::new(NodeLease::new(true));
+    lease.publish(
+        Some(1),
+        Some(Instant::now() + Duration::from_secs(24 * 3600)),
+    );
     Arc::new(InstanceContext::new(
         plugin.to_string(),
         grant,
+        lease,
         state.clone(),
         MEMORY_LIMIT,
     ))

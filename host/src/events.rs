@@ -13,9 +13,14 @@ pub const NODE_ABORTED: &str = "node.aborted";
 pub const NODE_SHUTDOWN_OVERRUN: &str = "node.shutdown_overrun";
 pub const CATALOG_REJECTED: &str = "catalog.rejected";
 pub const CATALOG_REMOVED: &str = "catalog.removed";
+/// A manifest setting this node cannot honour was clamped (a stop grace longer than a
+/// quarter of the lease TTL).
+pub const CATALOG_CLAMPED: &str = "catalog.clamped";
 pub const RESOURCE_PENDING: &str = "resource.pending";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
 pub const PLUGIN_STARTED: &str = "plugin.started";
+/// A grant was not started: the node held no valid lease for it at the moment of starting.
+pub const PLUGIN_NOT_STARTED: &str = "plugin.not_started";
 pub const PLUGIN_LOG: &str = "plugin.log";
 pub const PLUGIN_LOG_SUPPRESSED: &str = "plugin.log_suppressed";
 pub const PLUGIN_STOPPED: &str = "plugin.stopped";

@@ -29,6 +29,8 @@ pub struct Grant {
     pub token: u64,
     /// The Raft term in which the grant was committed.
     pub term: u64,
+    /// The node's session the grant is bound to: it dies with it.
+    pub session: u64,
 }
 
 /// Lease timing derived from the TTL.
@@ -54,6 +56,13 @@ impl LeaseTiming {
     /// m = T/20: the clock-rate margin taken off the node's deadline.
     pub fn margin(&self) -> Duration {
         self.ttl / 20
+    }
+
+    /// The longest stop grace that works with this TTL: a quarter of it. With renewals
+    /// acknowledged every T/4, D − now stays above T − m − T/4 − (round trip), so a stop
+    /// requested at D − grace never comes before the acknowledgement that set D.
+    pub fn max_stop_grace(&self) -> Duration {
+        self.ttl / 4
     }
 }
 

@@ -41,7 +41,8 @@ use crate::catalog::Entry;
 use crate::events;
 use crate::ownership::Grant;
 use crate::runtime::{
-    BoxFuture, CleanupReason, Failure, Instance, InstanceContext, Plugin, Signals, StateBackend,
+    BoxFuture, CleanupReason, Failure, Instance, InstanceContext, NodeLease, Plugin, Signals,
+    StateBackend,
 };
 
 /// After an interrupt, how long to wait for the call to unwind before abandoning it.
@@ -55,6 +56,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 pub struct Loaded {
     pub entry: Entry,
     pub plugin: Plugin,
+    /// The stop grace this node gives the plugin: the manifest's, at most
+    /// [`LeaseTiming::max_stop_grace`](crate::ownership::LeaseTiming::max_stop_grace).
+    pub stop_grace: Duration,
 }
 
 /// The control plane as a supervisor sees it.
@@ -75,8 +79,46 @@ pub trait Grants: Send + Sync + 'static {
 pub struct Deps {
     pub grants: Arc<dyn Grants>,
     pub state: Arc<dyn StateBackend>,
-    /// The node's lease deadline D: plugins are interrupted by it at the latest.
-    pub deadline: watch::Receiver<Option<Instant>>,
+    /// The node's lease: every instance running `start` traps at its deadline D (the
+    /// engine enforces it), and no start begins without it.
+    pub lease: Arc<NodeLease>,
+    /// Instances that may still execute `start`, counted so the node opens a new
+    /// session only once the old one's are all stopped.
+    pub live: LiveStarts,
+}
+
+/// Counts instances that may still execute `start`: from just before `plugin.started`
+/// until just after `plugin.stopped`.
+#[derive(Clone, Default)]
+pub struct LiveStarts(Arc<watch::Sender<usize>>);
+
+/// One counted instance; dropping it (after `plugin.stopped` is written, or when the
+/// supervisor's task is dropped, which drops the instance too) uncounts it.
+pub struct Live(Arc<watch::Sender<usize>>);
+
+impl LiveStarts {
+    fn enter(&self) -> Live {
+        self.0.send_modify(|n| *n += 1);
+        Live(self.0.clone())
+    }
+
+    /// How many instances may execute `start` now.
+    pub fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Resolves once no instance may execute `start`.
+    pub async fn none(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// How supervision of a slot ended.
@@ -133,6 +175,10 @@ async fn supervise(
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
+            Ended::NoLease => {
+                lost(&grant, reason_name(CleanupReason::LeaseLost));
+                return SlotEnd::Stopped(CleanupReason::LeaseLost);
+            }
             Ended::Failed => {}
         }
 
@@ -175,20 +221,22 @@ async fn supervise(
             "restarting the plugin after a failed start",
         );
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            biased;
             reason = stop.as_mut() => {
                 deps.grants.release(&grant, reason).await;
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
+            _ = tokio::time::sleep(backoff) => {}
         }
         let next = tokio::select! {
-            next = deps.grants.regrant(&grant) => next,
+            biased;
             reason = stop.as_mut() => {
                 deps.grants.release(&grant, reason).await;
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
+            next = deps.grants.regrant(&grant) => next,
         };
         lost(&grant, "restarting");
         match next {
@@ -229,6 +277,8 @@ fn lost(grant: &Grant, reason: &str) {
 enum Ended {
     Stopped(CleanupReason),
     Failed,
+    /// Not started: the node held no valid lease for the grant at the moment of starting.
+    NoLease,
 }
 
 /// One start of the plugin under one grant, from `plugin.started` to the release.
@@ -243,6 +293,7 @@ impl<'a> Run<'a> {
         let ctx = Arc::new(InstanceContext::new(
             loaded.entry.name.clone(),
             grant,
+            deps.lease.clone(),
             deps.state.clone(),
             loaded.entry.manifest.limits.memory as usize,
         ));
@@ -250,8 +301,17 @@ impl<'a> Run<'a> {
     }
 
     async fn once(self, stop: &mut Pin<&mut impl Future<Output = CleanupReason>>) -> Ended {
-        let stop_grace = self.loaded.entry.manifest.limits.stop_grace;
+        let stop_grace = self.loaded.stop_grace;
         let grant = &self.ctx.grant;
+        // No start without a valid lease at the moment of starting: a grant (or a
+        // regrant after a failure) that arrives after the deadline, or under a session
+        // the node no longer holds, is dropped. The engine enforces the same deadline
+        // from here on, so the check and the start cannot drift apart.
+        if self.ctx.may_act().is_err() {
+            tracing::info!(event = events::PLUGIN_NOT_STARTED, plugin = %self.loaded.entry.name, resource = %grant.resource, slot = grant.slot, token = grant.token, node = %grant.node, "not starting the plugin: the node's lease on the slot has expired");
+            return Ended::NoLease;
+        }
+        let live = self.deps.live.enter();
         tracing::info!(
             event = events::PLUGIN_STARTED,
             plugin = %self.loaded.entry.name,
@@ -263,10 +323,12 @@ impl<'a> Run<'a> {
             digest = %self.loaded.entry.digest,
             "starting the plugin",
         );
+        // Instantiation runs the component's own initialisation: the engine bounds it by
+        // the lease deadline like `start`.
         let mut instance = match self.loaded.plugin.instantiate(self.ctx.clone()).await {
             Ok(instance) => instance,
             Err(failure) => {
-                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.stopped(live, failure.outcome(), Some(failure.describe()));
                 self.cleanup(None, CleanupReason::Failed).await;
                 return Ended::Failed;
             }
@@ -276,16 +338,19 @@ impl<'a> Run<'a> {
             let call = instance.start();
             let mut call = std::pin::pin!(call);
             tokio::select! {
-                result = call.as_mut() => (None, result),
+                // A stop that is due wins over a call that is also ready.
+                biased;
                 reason = stop.as_mut() => {
-                    self.ctx.signals.request_stop();
-                    // Never past the lease deadline: a lost lease leaves no grace.
-                    let grace = match *self.deps.deadline.borrow() {
-                        Some(deadline) => stop_grace.min(deadline.saturating_duration_since(Instant::now())),
-                        None => stop_grace,
-                    };
-                    (Some(reason), bounded(call, &self.ctx.signals, grace).await)
+                    // Interrupt times are absolute: a grace from the request, and never
+                    // past the lease deadline (the engine traps there on its own).
+                    let mut until = Instant::now() + stop_grace;
+                    if let Some(deadline) = self.deps.lease.deadline() {
+                        until = until.min(deadline);
+                    }
+                    self.ctx.signals.request_stop(until);
+                    (Some(reason), bounded(call, &self.ctx.signals, until).await)
                 }
+                result = call.as_mut() => (None, result),
             }
         };
         // The instance can be reused for cleanup only if its call returned and it was
@@ -294,37 +359,38 @@ impl<'a> Run<'a> {
         let instance = reusable.then_some(instance);
         match (requested, result) {
             (Some(reason), Ok(returned)) => {
-                self.stopped("stopped", returned.err());
+                self.stopped(live, "stopped", returned.err());
                 self.cleanup(instance, reason).await;
                 Ended::Stopped(reason)
             }
             (Some(reason), Err(failure)) => {
-                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.stopped(live, failure.outcome(), Some(failure.describe()));
                 self.cleanup(None, reason).await;
                 Ended::Stopped(reason)
             }
             (None, Ok(Ok(()))) => {
                 // Done, but still the owner: keep the instance until the stop.
-                self.stopped("returned", None);
+                self.stopped(live, "returned", None);
                 let reason = stop.as_mut().await;
                 self.cleanup(instance, reason).await;
                 Ended::Stopped(reason)
             }
             (None, Ok(Err(error))) => {
-                self.stopped("returned", Some(error));
+                self.stopped(live, "returned", Some(error));
                 self.cleanup(instance, CleanupReason::Failed).await;
                 Ended::Failed
             }
             (None, Err(failure)) => {
-                self.stopped(failure.outcome(), Some(failure.describe()));
+                self.stopped(live, failure.outcome(), Some(failure.describe()));
                 self.cleanup(None, CleanupReason::Failed).await;
                 Ended::Failed
             }
         }
     }
 
-    /// Writes `plugin.stopped`: the instance can no longer run `start`.
-    fn stopped(&self, outcome: &'static str, error: Option<String>) {
+    /// Writes `plugin.stopped`: the instance can no longer run `start`. Then it is no
+    /// longer counted as live.
+    fn stopped(&self, live: Live, outcome: &'static str, error: Option<String>) {
         let grant = &self.ctx.grant;
         macro_rules! stopped {
             ($lvl:ident) => {
@@ -346,27 +412,33 @@ impl<'a> Run<'a> {
         } else {
             stopped!(info);
         }
+        drop(live);
     }
 
     /// Runs `cleanup(reason)` once, within the budget.
     async fn cleanup(&self, instance: Option<Instance>, reason: CleanupReason) {
         let started = Instant::now();
         let budget = self.loaded.entry.manifest.limits.cleanup_timeout;
+        let until = started + budget;
+        // Cleanup may run after a lease loss (it is for local resources): its budget
+        // bounds it, not the lease, and its effects are still refused after the deadline.
         let (outcome, error) = match instance {
             Some(mut instance) => {
                 let signals = self.ctx.signals.clone();
+                signals.unbind_from_lease(until);
                 classify_cleanup(
-                    bounded(std::pin::pin!(instance.cleanup(reason)), &signals, budget).await,
+                    bounded(std::pin::pin!(instance.cleanup(reason)), &signals, until).await,
                 )
             }
             None => {
                 let ctx = Arc::new(self.ctx.fresh());
                 let signals = ctx.signals.clone();
+                signals.unbind_from_lease(until);
                 let fresh = async {
                     let mut instance = self.loaded.plugin.instantiate(ctx).await?;
                     instance.cleanup(reason).await
                 };
-                classify_cleanup(bounded(std::pin::pin!(fresh), &signals, budget).await)
+                classify_cleanup(bounded(std::pin::pin!(fresh), &signals, until).await)
             }
         };
         let grant = &self.ctx.grant;
@@ -405,15 +477,15 @@ fn classify_cleanup(result: Result<(), Failure>) -> (&'static str, Option<String
     }
 }
 
-/// Waits for `call` up to `budget`; then interrupts it and waits up to
-/// [`INTERRUPT_BACKSTOP`] more; then abandons it (dropping the call discards the
-/// instance) and reports an interrupt.
+/// Waits for `call` until `until` (the engine traps it there on its own); then sets the
+/// interrupt (in case it was not set) and waits up to [`INTERRUPT_BACKSTOP`] more; then
+/// abandons it (dropping the call discards the instance) and reports an interrupt.
 async fn bounded<T>(
     mut call: Pin<&mut impl Future<Output = Result<T, Failure>>>,
     signals: &Signals,
-    budget: Duration,
+    until: Instant,
 ) -> Result<T, Failure> {
-    if let Ok(result) = tokio::time::timeout(budget, call.as_mut()).await {
+    if let Ok(result) = tokio::time::timeout_at(until.into(), call.as_mut()).await {
         return result;
     }
     signals.interrupt();

@@ -75,6 +75,21 @@ impl Cluster {
                         "node {node} has no session {session} (it expired or was replaced)"
                     ));
                 }
+                // A slot at or above the resource's tickets has no business being owned:
+                // the most tickets any member advertises for it bounds the slot numbers.
+                let tickets = self
+                    .members
+                    .values()
+                    .filter_map(|m| m.plugins.get(&resource))
+                    .map(|a| a.tickets)
+                    .max();
+                if let Some(tickets) = tickets
+                    && slot >= tickets
+                {
+                    return Response::Refused(format!(
+                        "{resource}/{slot} does not exist: the resource has {tickets} ticket(s)"
+                    ));
+                }
                 let slots = self.resources.entry(resource.clone()).or_default();
                 if let Some(held) = slots.get(&slot) {
                     return Response::Refused(format!(
@@ -502,6 +517,22 @@ mod tests {
         assert!(matches!(log.assign("r", 0, "b", b), Response::Refused(_)));
         assert!(matches!(log.assign("r", 1, "a", a), Response::Refused(_)));
         token(log.assign("r", 1, "b", b));
+    }
+
+    #[test]
+    fn a_slot_at_or_above_the_tickets_is_never_assigned() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let b = log.session("b");
+        let mut two = advert("d");
+        two.tickets = 2;
+        log.apply(Command::Advertise {
+            node: "a".into(),
+            plugins: BTreeMap::from([("r".to_owned(), two)]),
+        });
+        token(log.assign("r", 1, "a", a));
+        assert!(matches!(log.assign("r", 2, "b", b), Response::Refused(_)));
+        assert!(log.cluster.slot("r", 2).is_none());
     }
 
     #[test]

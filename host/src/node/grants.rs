@@ -1,12 +1,14 @@
 //! The control plane behind a supervisor: restarts, releases and give-ups as Raft
 //! commands, and the `state` import as fenced `SaveState` commands.
 //!
-//! Every call here that has an effect outside the node first checks the local lease
-//! (DESIGN.md invariant 3): after the deadline a paused or partitioned owner can no
-//! longer save state or restart, whatever its plugin does. The token check in
-//! `Cluster::apply` then fences anything that slips past the lease check (a save
-//! proposed just before the deadline and committed after a successor was granted).
+//! A state save is lease-checked by the instance before it gets here
+//! (`InstanceContext::may_act`, DESIGN.md invariant 3), and a restart checks the lease
+//! itself: after the deadline a paused or partitioned owner can no longer save state or
+//! restart, whatever its plugin does. The token check in `Cluster::apply` then fences
+//! anything that slips past the lease check (a save proposed just before the deadline
+//! and committed after a successor was granted).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,13 +26,29 @@ pub const GIVE_UP_COOLDOWN: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct ClusterGrants {
     pub(super) shared: Arc<Shared>,
+    /// The node's runtime. Supervisors run on the plugin threads, but control-plane
+    /// calls belong here: a connection dialled from a task spawns its driver on that
+    /// task's runtime, and the plugin threads are for plugin code.
+    pub(super) node: tokio::runtime::Handle,
+}
+
+impl ClusterGrants {
+    /// Runs `work` on the node's runtime and awaits it from wherever the caller runs.
+    fn on_node<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+        if_lost: fn() -> T,
+    ) -> BoxFuture<T> {
+        let task = self.node.spawn(work);
+        Box::pin(async move { task.await.unwrap_or_else(|_| if_lost()) })
+    }
 }
 
 impl Grants for ClusterGrants {
     fn regrant(&self, grant: &Grant) -> BoxFuture<Option<Grant>> {
         let shared = self.shared.clone();
         let grant = grant.clone();
-        Box::pin(async move {
+        self.on_node(async move {
             if !shared.lease_valid(Instant::now()) {
                 return None;
             }
@@ -55,13 +73,13 @@ impl Grants for ClusterGrants {
                     None
                 }
             }
-        })
+        }, || None)
     }
 
     fn release(&self, grant: &Grant, reason: CleanupReason) -> BoxFuture<()> {
         let shared = self.shared.clone();
         let grant = grant.clone();
-        Box::pin(async move {
+        self.on_node(async move {
             if reason == CleanupReason::LeaseLost {
                 // The session's expiry (or its replacement) vacates the slot.
                 return;
@@ -77,13 +95,13 @@ impl Grants for ClusterGrants {
             if let Err(error) = shared.propose(command).await {
                 tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot release the slot yet; will retry");
             }
-        })
+        }, || ())
     }
 
     fn give_up(&self, grant: &Grant) -> BoxFuture<()> {
         let shared = self.shared.clone();
         let grant = grant.clone();
-        Box::pin(async move {
+        self.on_node(async move {
             let now = super::shared::now_ms();
             let command = Command::GiveUp {
                 resource: grant.resource.clone(),
@@ -95,7 +113,7 @@ impl Grants for ClusterGrants {
             if let Err(error) = shared.propose(command).await {
                 tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot give the slot up");
             }
-        })
+        }, || ())
     }
 }
 
@@ -112,30 +130,32 @@ impl StateBackend for ClusterGrants {
     fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
         let shared = self.shared.clone();
         let grant = grant.clone();
-        Box::pin(async move {
-            if !shared.lease_valid(Instant::now()) {
-                return Err(StateError::LeaseExpired);
-            }
-            let command = Command::SaveState {
-                resource: grant.resource.clone(),
-                slot: grant.slot,
-                token: grant.token,
-                data,
-            };
-            // Never block the plugin past the deadline: the interrupt at D cannot reach
-            // code waiting in a host call, so the call itself gives up at D (a save
-            // still in flight then may or may not commit; its token fences it).
-            let Some(deadline) = *shared.deadline().borrow() else {
-                return Err(StateError::LeaseExpired);
-            };
-            let proposed = tokio::time::timeout_at(deadline.into(), shared.propose(command));
-            match proposed.await {
-                Err(_) => Err(StateError::LeaseExpired),
-                Ok(Ok(Response::Done)) => Ok(()),
-                Ok(Ok(Response::Stale)) => Err(StateError::StaleToken),
-                Ok(Ok(other)) => Err(StateError::Unavailable(format!("{other:?}"))),
-                Ok(Err(error)) => Err(StateError::Unavailable(error.to_string())),
-            }
-        })
+        // The lease was checked by the instance (`InstanceContext::may_act`, the one
+        // check every effect asks) just before this call.
+        self.on_node(
+            async move {
+                let command = Command::SaveState {
+                    resource: grant.resource.clone(),
+                    slot: grant.slot,
+                    token: grant.token,
+                    data,
+                };
+                // Never block the plugin past the deadline: the interrupt at D cannot reach
+                // code waiting in a host call, so the call itself gives up at D (a save
+                // still in flight then may or may not commit; its token fences it).
+                let Some(deadline) = *shared.deadline().borrow() else {
+                    return Err(StateError::LeaseExpired);
+                };
+                let proposed = tokio::time::timeout_at(deadline.into(), shared.propose(command));
+                match proposed.await {
+                    Err(_) => Err(StateError::LeaseExpired),
+                    Ok(Ok(Response::Done)) => Ok(()),
+                    Ok(Ok(Response::Stale)) => Err(StateError::StaleToken),
+                    Ok(Ok(other)) => Err(StateError::Unavailable(format!("{other:?}"))),
+                    Ok(Err(error)) => Err(StateError::Unavailable(error.to_string())),
+                }
+            },
+            || Err(StateError::Unavailable("the node is shutting down".into())),
+        )
     }
 }

@@ -15,7 +15,7 @@
 //! Every node runs [`lead`]; it acts only while its Raft node is the leader, and on every
 //! node it reports leader changes (`cluster.leader`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,13 +43,20 @@ struct Terms {
     term: u64,
     /// node → (session, receive time of its last acknowledged renewal).
     last: HashMap<String, (u64, Instant)>,
+    /// Sessions decided expired in this term: no renewal of them is acknowledged again.
+    ended: HashSet<(String, u64)>,
 }
 
 impl Liveness {
-    /// Records an acknowledged renewal received at `received` in `term`.
-    pub fn renewed(&self, term: u64, node: &str, session: u64, received: Instant) {
+    /// Records a renewal received at `received` in `term`, before it is acknowledged.
+    /// Returns false, recording nothing, if the session was already decided expired:
+    /// the renewal must then be refused.
+    pub fn renewed(&self, term: u64, node: &str, session: u64, received: Instant) -> bool {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.enter(term);
+        if inner.ended.contains(&(node.to_owned(), session)) {
+            return false;
+        }
         let entry = inner
             .last
             .entry(node.to_owned())
@@ -57,6 +64,7 @@ impl Liveness {
         if entry.0 != session || entry.1 < received {
             *entry = (session, received);
         }
+        true
     }
 
     /// The sessions whose last renewal is older than `ttl` at `now`. A session seen for
@@ -80,6 +88,10 @@ impl Liveness {
                 expired.push((node.clone(), *session));
             }
         }
+        inner
+            .ended
+            .retain(|(node, session)| sessions.iter().any(|(n, s)| n == node && s == session));
+        inner.ended.extend(expired.iter().cloned());
         expired
     }
 }
@@ -89,6 +101,7 @@ impl Terms {
         if term != self.term {
             self.term = term;
             self.last.clear();
+            self.ended.clear();
         }
     }
 }
@@ -186,9 +199,9 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
-        live.renewed(1, "a", 5, t0);
+        assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &sessions, t0 + ms(999), ttl).is_empty());
-        live.renewed(1, "a", 5, t0 + ms(500));
+        assert!(live.renewed(1, "a", 5, t0 + ms(500)));
         assert!(live.expired(1, &sessions, t0 + ms(1499), ttl).is_empty());
         assert_eq!(live.expired(1, &sessions, t0 + ms(1500), ttl), sessions);
     }
@@ -199,7 +212,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5), ("b".to_owned(), 6)];
-        live.renewed(1, "a", 5, t0);
+        assert!(live.renewed(1, "a", 5, t0));
         // Term 2 begins long after a's last renewal in term 1: a is not expired at once.
         let later = t0 + ms(5000);
         assert!(live.expired(2, &sessions, later, ttl).is_empty());
@@ -207,11 +220,26 @@ mod tests {
     }
 
     #[test]
+    fn a_session_decided_expired_is_not_renewed_again() {
+        let live = Liveness::default();
+        let t0 = Instant::now();
+        let ttl = ms(1000);
+        let sessions = [("a".to_owned(), 5)];
+        assert!(live.renewed(1, "a", 5, t0));
+        assert_eq!(live.expired(1, &sessions, t0 + ms(1000), ttl), sessions);
+        // A renewal that arrived before the decision but is answered after it is refused.
+        assert!(!live.renewed(1, "a", 5, t0 + ms(999)));
+        // The next session of the node is not affected, nor is a later term.
+        assert!(live.renewed(1, "a", 6, t0 + ms(1001)));
+        assert!(live.renewed(2, "a", 5, t0 + ms(1002)));
+    }
+
+    #[test]
     fn a_replaced_session_starts_a_fresh_clock() {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
-        live.renewed(1, "a", 5, t0);
+        assert!(live.renewed(1, "a", 5, t0));
         assert!(
             live.expired(1, &[("a".into(), 9)], t0 + ms(1500), ttl)
                 .is_empty()

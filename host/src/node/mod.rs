@@ -80,6 +80,8 @@ pub enum NodeError {
     Rpc(#[from] crate::rpc::RpcError),
     #[error(transparent)]
     Runtime(#[from] crate::runtime::RuntimeError),
+    #[error("cannot start the plugin threads: {0}")]
+    PluginThreads(std::io::Error),
     #[error("cannot serve metrics on {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -131,7 +133,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .unwrap_or_else(|| advertised(bound).to_string());
     control.attach(rpc.clone(), advertise.clone())?;
 
-    let shared = Arc::new(Shared::new(config.name.clone(), control, timing));
+    // Only the fault checker's deliberately broken build runs without self-demotion.
+    let enforced = std::env::var_os(UNSAFE_NO_SELF_DEMOTION).is_none();
+    let shared = Arc::new(Shared::new(config.name.clone(), control, timing, enforced));
+    let plugin_threads = PluginThreads::start()?;
     shared.set_rpc(rpc.clone());
     let liveness = Arc::new(Liveness::default());
     renewals.attach(shared.clone(), liveness.clone());
@@ -187,14 +192,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let watcher = tokio::spawn(catalog::watch(config.plugins_dir.clone(), changes_tx));
     let grants = grants::ClusterGrants {
         shared: shared.clone(),
+        node: tokio::runtime::Handle::current(),
     };
     let deps = Deps {
         grants: Arc::new(grants.clone()),
         state: Arc::new(grants),
-        deadline: shared.deadline(),
+        lease: shared.node_lease.clone(),
+        live: shared.live.clone(),
     };
-    let mut owner = Owner::new(shared.clone(), deps);
-    let mut folder = Folder::new(runtime);
+    let mut owner = Owner::new(shared.clone(), deps, plugin_threads.handle());
+    let mut folder = Folder::new(runtime, timing);
     let mut plugins = folder.plugins();
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
@@ -272,8 +279,45 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .await;
     shared.control.shutdown().await;
     rpc.close().await;
+    // Whatever still runs there (an abandoned call past its backstops) is dropped.
+    drop(plugin_threads);
     tracing::info!(event = events::NODE_STOPPED, node = %config.name, "node stopped");
     Ok(())
+}
+
+/// The threads plugin code runs on: a runtime of its own, so that busy plugins (each
+/// yields only at epoch ticks) cannot delay Raft, renewals or the deadline timers on the
+/// node's runtime. The engine enforces the lease deadline whatever these threads do.
+/// Dropped, it lets go of whatever still runs there without waiting (a runtime cannot
+/// be dropped the ordinary way inside another one).
+struct PluginThreads(Option<tokio::runtime::Runtime>);
+
+impl PluginThreads {
+    fn start() -> Result<Self, NodeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tenure-plugin")
+            .enable_all()
+            .build()
+            .map_err(NodeError::PluginThreads)?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("present until dropped")
+            .handle()
+            .clone()
+    }
+}
+
+impl Drop for PluginThreads {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Withdraws this node's adverts and marks its slots releasing, in one command; stops

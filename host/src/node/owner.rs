@@ -41,6 +41,8 @@ const RELEASE_RETRY: Duration = Duration::from_secs(1);
 pub struct Owner {
     shared: Arc<Shared>,
     deps: Deps,
+    /// The threads plugin code runs on (see [`PluginThreads`](super::PluginThreads)).
+    plugin_threads: tokio::runtime::Handle,
     running: BTreeMap<(String, u32), Running>,
     /// The last token of supervisors that ended, per slot.
     ended: BTreeMap<(String, u32), u64>,
@@ -59,7 +61,7 @@ struct Running {
 }
 
 impl Owner {
-    pub fn new(shared: Arc<Shared>, deps: Deps) -> Self {
+    pub fn new(shared: Arc<Shared>, deps: Deps, plugin_threads: tokio::runtime::Handle) -> Self {
         let self_demotion = std::env::var_os(UNSAFE_NO_SELF_DEMOTION).is_none();
         if !self_demotion {
             tracing::error!(
@@ -70,6 +72,7 @@ impl Owner {
         Self {
             shared,
             deps,
+            plugin_threads,
             running: BTreeMap::new(),
             ended: BTreeMap::new(),
             releasing: BTreeMap::new(),
@@ -188,11 +191,14 @@ impl Owner {
             node: self.shared.me.clone(),
             token: slot.token,
             term: slot.term,
+            session: slot.session,
         };
         let (stop_tx, stop_rx) = watch::channel(None);
-        let grace = loaded.entry.manifest.limits.stop_grace;
+        let grace = loaded.stop_grace;
         let stop = stop_signal(stop_rx, self.shared.deadline(), grace, self.self_demotion);
-        let task = tokio::spawn(supervisor::run(loaded, grant, self.deps.clone(), stop));
+        let task =
+            self.plugin_threads
+                .spawn(supervisor::run(loaded, grant, self.deps.clone(), stop));
         self.running.insert(
             key.clone(),
             Running {

@@ -14,17 +14,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::owner::Plugins;
 use crate::catalog::{Change, Entry};
 use crate::cluster::Advert;
 use crate::events;
+use crate::ownership::LeaseTiming;
 use crate::runtime::Runtime;
 use crate::supervisor::Loaded;
 
 /// The compiled plugins of the folder.
 pub struct Folder {
     runtime: Arc<Runtime>,
+    timing: LeaseTiming,
     /// The compiled plugins, by plugin name.
     loaded: BTreeMap<String, Arc<Loaded>>,
     /// Conflicts already reported, so they are said once.
@@ -32,9 +35,10 @@ pub struct Folder {
 }
 
 impl Folder {
-    pub fn new(runtime: Arc<Runtime>) -> Self {
+    pub fn new(runtime: Arc<Runtime>, timing: LeaseTiming) -> Self {
         Self {
             runtime,
+            timing,
             loaded: BTreeMap::new(),
             reported: BTreeSet::new(),
         }
@@ -144,12 +148,35 @@ impl Folder {
     }
 
     /// The longest stop grace plus cleanup timeout of the loaded plugins.
-    pub fn longest_stop(&self) -> std::time::Duration {
+    pub fn longest_stop(&self) -> Duration {
         self.loaded
             .values()
-            .map(|l| l.entry.manifest.limits.stop_grace + l.entry.manifest.limits.cleanup_timeout)
+            .map(|l| l.stop_grace + l.entry.manifest.limits.cleanup_timeout)
             .max()
             .unwrap_or_default()
+    }
+
+    /// The manifest's stop grace, clamped to what the lease allows (a quarter of the
+    /// TTL), with a warning naming the plugin when it had to be.
+    fn stop_grace(&self, entry: &Entry) -> Duration {
+        let asked = entry.manifest.limits.stop_grace;
+        let most = self.timing.max_stop_grace();
+        if asked <= most {
+            return asked;
+        }
+        tracing::warn!(
+            event = events::CATALOG_CLAMPED,
+            plugin = %entry.name,
+            path = %entry.wasm_path.display(),
+            asked_ms = asked.as_millis() as u64,
+            stop_grace_ms = most.as_millis() as u64,
+            "{}: limits.stop_grace {} is more than a quarter of the lease TTL ({}); using {}",
+            entry.name,
+            humantime::format_duration(asked),
+            humantime::format_duration(self.timing.ttl),
+            humantime::format_duration(most),
+        );
+        most
     }
 
     /// Compiles a plugin (or loads it from the cache) on a blocking thread.
@@ -169,7 +196,12 @@ impl Folder {
                     load_us = plugin.load_time.as_micros() as u64,
                     "plugin loaded",
                 );
-                return Some(Arc::new(Loaded { entry, plugin }));
+                let stop_grace = self.stop_grace(&entry);
+                return Some(Arc::new(Loaded {
+                    entry,
+                    plugin,
+                    stop_grace,
+                }));
             }
             Ok(Err(err)) => err.to_string(),
             Err(err) => format!("the compiler thread failed: {err}"),

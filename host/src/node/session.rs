@@ -48,11 +48,20 @@ pub async fn keep(
 ) {
     let every = shared.timing.renew_every();
     loop {
-        // A new session only once the previous deadline has passed: until then the old
-        // session's plugins may still be stopping.
+        // A new session only once the previous deadline has passed and every plugin of
+        // the old session has stopped (`plugin.stopped` written): opening it vacates the
+        // old session's slots, and a successor may start at once. The engine traps them
+        // at the deadline, so this wait is short; a call abandoned after its backstop
+        // ends it too, because its instance is dropped with it.
         if let Some(deadline) = shared.with_lease(|l| l.deadline()) {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline.into()) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+        if shared.node_lease.enforced() {
+            tokio::select! {
+                _ = shared.live.none() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -151,6 +160,12 @@ async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Ren
 }
 
 /// The leader's side of a renewal from `node`.
+///
+/// Everything is decided after the quorum round: whether the session is still the
+/// node's (the round also makes the replica current: a stale leader cannot answer
+/// `UnknownSession` from an old replica and drop a live node's lease), and, under the
+/// lock expiry decisions take, whether the session was already decided expired (then it
+/// is refused: an acknowledgement must never extend a lease the leader is ending).
 pub async fn answer(
     shared: &Shared,
     liveness: &Liveness,
@@ -160,15 +175,6 @@ pub async fn answer(
     if !shared.control.is_leader() {
         return Err("not the leader".into());
     }
-    let current = shared.read(|c| {
-        c.members
-            .get(node)
-            .and_then(|m| m.session.as_ref())
-            .map(|s| s.id)
-    });
-    if current != Some(session) {
-        return Ok(Renewed::UnknownSession);
-    }
     let received = Instant::now();
     let term = shared.control.term();
     shared
@@ -176,7 +182,15 @@ pub async fn answer(
         .ensure_leadership()
         .await
         .map_err(|e| e.to_string())?;
-    liveness.renewed(term, node, session, received);
+    let current = shared.read(|c| {
+        c.members
+            .get(node)
+            .and_then(|m| m.session.as_ref())
+            .map(|s| s.id)
+    });
+    if current != Some(session) || !liveness.renewed(term, node, session, received) {
+        return Ok(Renewed::UnknownSession);
+    }
     Ok(Renewed::Ok)
 }
 

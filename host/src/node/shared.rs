@@ -9,27 +9,37 @@ use crate::cluster::{Cluster, Command, Response};
 use crate::ownership::{Lease, LeaseTiming};
 use crate::raft::Control;
 use crate::rpc::Rpc;
+use crate::runtime::NodeLease;
+use crate::supervisor::LiveStarts;
 
 pub struct Shared {
     pub me: String,
     pub control: Control,
     pub timing: LeaseTiming,
     lease: Mutex<Lease>,
-    /// D, published for supervisors (their stop grace never runs past it).
+    /// D, published for the tasks that time stops by it.
     deadline: watch::Sender<Option<Instant>>,
+    /// The session and D, published for the engine and the effect check (atomics read
+    /// at every epoch tick of every instance).
+    pub node_lease: Arc<NodeLease>,
+    /// Instances that may still execute `start`: a new session opens only once the old
+    /// one's are all stopped.
+    pub live: LiveStarts,
     /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
     /// it is created after them).
     rpc: OnceLock<Arc<Rpc>>,
 }
 
 impl Shared {
-    pub fn new(me: String, control: Control, timing: LeaseTiming) -> Self {
+    pub fn new(me: String, control: Control, timing: LeaseTiming, enforced: bool) -> Self {
         Self {
             me,
             control,
             timing,
             lease: Mutex::new(Lease::new(timing)),
             deadline: watch::Sender::new(None),
+            node_lease: Arc::new(NodeLease::new(enforced)),
+            live: LiveStarts::default(),
             rpc: OnceLock::new(),
         }
     }
@@ -67,6 +77,7 @@ impl Shared {
         let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut lease);
         let deadline = lease.deadline();
+        self.node_lease.publish(lease.session(), deadline);
         self.deadline.send_if_modified(|current| {
             let changed = *current != deadline;
             *current = deadline;

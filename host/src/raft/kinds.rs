@@ -50,8 +50,9 @@ pub(crate) fn is_control(kind: u16) -> bool {
 /// The answer to [`PROPOSE`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProposeReply {
-    /// Committed and applied; the state machine's answer.
-    Applied(Response),
+    /// Committed and applied on the leader, at log `index`; the state machine's answer.
+    /// The proposer waits until its own replica has applied `index` too.
+    Applied { response: Response, index: u64 },
     /// The receiver is not the leader, and did not append the command. `leader` is the
     /// one it knows of, if any.
     NotLeader { leader: Option<Peer> },

@@ -154,7 +154,9 @@ impl Shared {
         };
         match answer {
             Ok(bytes) => match postcard::from_bytes::<ProposeReply>(&bytes) {
-                Ok(ProposeReply::Applied(response)) => Attempt::Done(Ok(response)),
+                Ok(ProposeReply::Applied { response, index }) => {
+                    Attempt::Done(self.applied_here(index, deadline).await.map(|()| response))
+                }
                 Ok(ProposeReply::NotLeader { .. }) => {
                     Attempt::Retry(format!("{} is not the leader", leader.name))
                 }
@@ -176,6 +178,21 @@ impl Shared {
         }
     }
 
+    /// Waits until this node's replica has applied `index`: a forwarded proposal returns
+    /// only then, so a node reads its own writes (a `state.load` after an acknowledged
+    /// `state.save` on the same node never returns older state).
+    async fn applied_here(&self, index: u64, deadline: Instant) -> Result<(), ProposeError> {
+        let mut applied = self.applied.clone();
+        let caught_up = applied.wait_for(|at| *at >= index);
+        match tokio::time::timeout_at(deadline.into(), caught_up).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(ProposeError::Stopped("the state machine stopped".into())),
+            Err(_) => Err(ProposeError::Unknown(format!(
+                "committed at index {index}, but not applied here within the bound"
+            ))),
+        }
+    }
+
     /// Answers a PROPOSE from node `from`.
     pub(crate) async fn serve_propose(
         self: &Arc<Self>,
@@ -192,7 +209,10 @@ impl Shared {
         }
         let write = self.raft.client_write(command);
         match tokio::time::timeout(self.options.propose_timeout, write).await {
-            Ok(Ok(written)) => ProposeReply::Applied(written.data),
+            Ok(Ok(written)) => ProposeReply::Applied {
+                response: written.data,
+                index: written.log_id.index,
+            },
             Ok(Err(OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 ProposeReply::NotLeader {
                     leader: f.leader_node,

@@ -3,7 +3,7 @@
 //! `sleep` never outlives a stop request, and `state` calls are bounded by the backend,
 //! so a plugin inside a host call can always be stopped within about one epoch tick.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::bindings::tenure::plugin::host::{self, Level, Wake};
 use super::bindings::tenure::plugin::state;
@@ -29,9 +29,17 @@ impl host::Host for HostState {
             return Wake::StopRequested;
         }
         let duration = Duration::from_millis(ms).min(MAX_SLEEP);
+        // A sleep never outlasts the instance's trap time either (its interrupt time, or
+        // the lease deadline while it runs `start`): the engine cannot interrupt code
+        // waiting in a host call, so the call wakes it instead.
+        let trap_at = signals.trap_at(&self.ctx.lease, self.ctx.grant.session);
+        let now = Instant::now();
+        let until_trap = Duration::from_nanos(trap_at.saturating_sub(super::nanos(now)));
         tokio::select! {
-            _ = tokio::time::sleep(duration) => Wake::Elapsed,
+            biased;
             _ = signals.stopping() => Wake::StopRequested,
+            _ = tokio::time::sleep(until_trap), if until_trap < duration => Wake::StopRequested,
+            _ = tokio::time::sleep(duration) => Wake::Elapsed,
         }
     }
 
@@ -52,6 +60,11 @@ impl state::Host for HostState {
     async fn save(&mut self, data: Vec<u8>) -> Result<(), state::Error> {
         if data.len() > MAX_STATE_BYTES {
             return Err(into_wit(StateError::TooLarge(MAX_STATE_BYTES as u32)));
+        }
+        // The one lease check every effect asks (lease.rs); the backend's token check
+        // then fences a save that was proposed in time but committed late.
+        if self.ctx.may_act().is_err() {
+            return Err(into_wit(StateError::LeaseExpired));
         }
         self.ctx
             .state

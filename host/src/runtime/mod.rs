@@ -27,12 +27,12 @@ mod bindings;
 mod cache;
 mod imports;
 mod instance;
+mod lease;
 pub mod output;
 mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -41,6 +41,7 @@ use wasmtime::{Engine, EngineWeak};
 pub use bindings::tenure::plugin::types::CleanupReason;
 pub use cache::CacheUse;
 pub use instance::{Failure, Instance};
+pub use lease::{NodeLease, Refusal, Signals, nanos};
 use store::HostState;
 
 use crate::ownership::Grant;
@@ -117,54 +118,6 @@ pub enum StateError {
     Unavailable(String),
 }
 
-/// Stop and interrupt flags shared between a supervisor and the instances it runs.
-#[derive(Clone)]
-pub struct Signals {
-    stop: tokio::sync::watch::Sender<bool>,
-    interrupt: Arc<AtomicBool>,
-}
-
-impl Default for Signals {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Signals {
-    pub fn new() -> Self {
-        Self {
-            stop: tokio::sync::watch::Sender::new(false),
-            interrupt: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Asks the plugin to stop: `sleep` returns `stop-requested` from now on.
-    pub fn request_stop(&self) {
-        self.stop.send_replace(true);
-    }
-
-    /// Makes the instance trap at its next epoch tick.
-    pub fn interrupt(&self) {
-        self.interrupt.store(true, Ordering::Relaxed);
-    }
-
-    pub fn stop_requested(&self) -> bool {
-        *self.stop.borrow()
-    }
-
-    /// Whether an interrupt was requested.
-    pub fn interrupted(&self) -> bool {
-        self.interrupt.load(Ordering::Relaxed)
-    }
-
-    /// Resolves once a stop is requested.
-    async fn stopping(&self) {
-        let mut rx = self.stop.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = rx.wait_for(|stop| *stop).await;
-    }
-}
-
 /// Log lines (log calls plus stdout and stderr lines) one instance may write per second;
 /// the rest are counted and reported, so a plugin logging in a loop cannot flood the
 /// node's log or disk.
@@ -177,6 +130,9 @@ pub struct InstanceContext {
     pub plugin: String,
     pub grant: Grant,
     pub signals: Signals,
+    /// The node's lease: the one check for effects, and the deadline the engine
+    /// enforces while `start` runs.
+    pub lease: Arc<NodeLease>,
     pub state: Arc<dyn StateBackend>,
     /// Memory cap over all of the instance's linear memories, in bytes.
     pub memory_limit: usize,
@@ -187,6 +143,7 @@ impl InstanceContext {
     pub fn new(
         plugin: String,
         grant: Grant,
+        lease: Arc<NodeLease>,
         state: Arc<dyn StateBackend>,
         memory_limit: usize,
     ) -> Self {
@@ -194,6 +151,7 @@ impl InstanceContext {
             plugin,
             grant,
             signals: Signals::new(),
+            lease,
             state,
             memory_limit,
             log_budget: std::sync::Mutex::new(crate::ratelimit::RateLimiter::new(
@@ -209,9 +167,20 @@ impl InstanceContext {
         Self::new(
             self.plugin.clone(),
             self.grant.clone(),
+            self.lease.clone(),
             self.state.clone(),
             self.memory_limit,
         )
+    }
+
+    /// Whether this instance may act on the world now: the one lease check that every
+    /// effect (state saves, and every capability beside it) asks before acting.
+    pub fn may_act(&self) -> Result<(), Refusal> {
+        let now = nanos(Instant::now());
+        if self.signals.interrupted_at(now) {
+            return Err(Refusal::Stopping);
+        }
+        self.lease.check(self.grant.session, now)
     }
 
     /// Whether a plugin log line may be written now: `Some(n)`, `n` lines having been
@@ -384,3 +353,6 @@ fn spawn_epoch_ticker(engine: EngineWeak) {
         })
         .expect("spawning the epoch ticker thread");
 }
+
+#[cfg(test)]
+mod tests;

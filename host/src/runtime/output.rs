@@ -284,8 +284,15 @@ mod tests {
             node: "n".into(),
             token: 1,
             term: 0,
+            session: 1,
         };
-        let ctx = InstanceContext::new("p".into(), grant, std::sync::Arc::new(NoState), 1 << 20);
+        let ctx = InstanceContext::new(
+            "p".into(),
+            grant,
+            std::sync::Arc::new(crate::runtime::NodeLease::new(true)),
+            std::sync::Arc::new(NoState),
+            1 << 20,
+        );
         let written = (0..5_000)
             .filter(|i| emit(&ctx, Stream::Log, Level::Info, &format!("line {i}")))
             .count();

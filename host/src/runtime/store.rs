@@ -49,9 +49,14 @@ pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostSta
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.memory);
     store.set_epoch_deadline(1);
+    // The engine enforces the lease (lease.rs): at every tick the instance traps if its
+    // interrupt time or, while it runs `start`, the node's lease deadline has come.
     let signals = ctx.signals.clone();
+    let lease = ctx.lease.clone();
+    let session = ctx.grant.session;
     store.epoch_deadline_callback(move |_| {
-        Ok(if signals.interrupted() {
+        let now = super::nanos(std::time::Instant::now());
+        Ok(if now >= signals.trap_at(&lease, session) {
             UpdateDeadline::Interrupt
         } else {
             UpdateDeadline::Yield(1)
