@@ -11,15 +11,19 @@
 //!    node in the same process run (a plugin restarted by its supervisor).
 //! 3. `lost-save`: the counter plugin logs `count=N` after each accepted save; the first
 //!    count of a new run must be greater than every count logged before by another run.
-//! 4. `recovery`: at `recovered_at + ttl + 2 s` every slot of every resource is owned.
+//! 4. `recovery`: at `recovered_at + ttl + 2 s` every slot of every resource that stays
+//!    owned ([`Resource::recovers`]) is owned.
 //! 5. `cleanup`: every `plugin.stopped` on a node that did not die right after is followed
 //!    by exactly one `plugin.cleanup` of the same token on that node.
 //!
 //! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
 //! only after SIGCONT, although the plugin could not run while frozen and every host call
 //! with an effect checks the local lease first (DESIGN.md §2 invariant 3). A run that was
-//! frozen by a scheduled pause and stopped within [`PAUSE_SLACK_US`] of the SIGCONT counts
-//! as ended at the SIGSTOP. A run that goes on longer after the SIGCONT is not clipped.
+//! frozen by a scheduled pause and stopped within [`PAUSE_SLACK_US`] (50 ms) of the SIGCONT
+//! counts as ended at the SIGSTOP. A run that goes on longer after the SIGCONT is not
+//! clipped: a pause outlasts the lease, so the engine must interrupt the plugin at the
+//! first epoch tick after SIGCONT, busy or not. [`pause_stops`] measures how long each
+//! frozen run took to log its stop.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,8 +34,9 @@ use std::time::{Duration, SystemTime};
 
 use super::{EXITED, Interval, format_rfc3339_utc, intervals, timestamp_us};
 
-/// How soon after SIGCONT a frozen run must log its stop to count as ended at SIGSTOP.
-pub const PAUSE_SLACK_US: i64 = 1_500_000;
+/// How soon after SIGCONT a frozen run must log its stop to count as ended at SIGSTOP:
+/// 50 ms, five epoch ticks of the engine (which interrupts at the first tick after D).
+pub const PAUSE_SLACK_US: i64 = 50_000;
 
 /// How far around a violation the report lists faults.
 const NEARBY_US: i64 = 5_000_000;
@@ -91,6 +96,12 @@ pub struct Resource {
     pub tickets: usize,
     /// Whether it runs the `counter` plugin (property 3).
     pub counter: bool,
+    /// Whether its slots stay owned once the faults stop, so that property 4 requires
+    /// them owned at the recovery deadline (and the runner waits for them). False for a
+    /// plugin that fails at every start (`misbehave` as `trap`): each node restarts it
+    /// until `max_restarts`, then gives the slot up and sits out a cooldown, so the slot
+    /// is vacant much of the time. Properties 1, 2 and 5 apply to every resource.
+    pub recovers: bool,
 }
 
 /// What to check beyond the log itself.
@@ -177,11 +188,94 @@ pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Viol
         if res.counter {
             check_counter(events, &res.name, &mut out);
         }
-        if let Some((at, within)) = expect.recovered {
+        if let Some((at, within)) = expect.recovered
+            && res.recovers
+        {
             check_recovery(&res.name, res.tickets, &runs, at + within, &mut out);
         }
     }
     check_cleanup(events, &mut out);
+    out
+}
+
+/// A run that a scheduled pause froze, and when it logged its stop.
+#[derive(Clone, Debug)]
+pub struct PauseStop {
+    pub node: String,
+    pub resource: String,
+    pub token: u64,
+    /// SIGCONT → `plugin.stopped` in µs; `None` when the node died (or the log ended)
+    /// before the run logged its stop.
+    pub after_resume_us: Option<i64>,
+    /// The `plugin.stopped` event's `outcome` (`interrupted`, `stopped`, …).
+    pub outcome: String,
+}
+
+/// Every run that was running on a node when a scheduled pause froze it, with how long
+/// after the SIGCONT it logged `plugin.stopped`: the latency that [`PAUSE_SLACK_US`]
+/// bounds. A run whose stop is stamped before the SIGCONT (it stopped as the SIGSTOP was
+/// being sent) was not frozen and is left out.
+pub fn pause_stops(events: &[Value], schedule: &Schedule) -> Vec<PauseStop> {
+    let mut out = Vec::new();
+    for (node, p0, p1) in schedule.pauses() {
+        // The node's runs open at the SIGSTOP: (resource, slot, token).
+        let mut open: Vec<(String, u64, u64)> = Vec::new();
+        let mut frozen: Vec<(String, u64, u64)> = Vec::new();
+        let mut snapshot = false;
+        for e in events.iter().filter(|e| e["_node"] == node.as_str()) {
+            let at = timestamp_us(e);
+            if !snapshot && at >= p0 {
+                frozen = open.clone();
+                snapshot = true;
+            }
+            let key = || {
+                (
+                    e["resource"].as_str().unwrap_or("").to_string(),
+                    e["slot"].as_u64().unwrap_or(0),
+                    e["token"].as_u64().unwrap_or(0),
+                )
+            };
+            let ev = e["event"].as_str().unwrap_or("");
+            if !snapshot {
+                match ev {
+                    "plugin.started" => open.push(key()),
+                    "plugin.stopped" => open.retain(|k| *k != key()),
+                    EXITED => open.clear(),
+                    _ => {}
+                }
+                continue;
+            }
+            match ev {
+                EXITED => break,
+                "plugin.stopped" => {
+                    let k = key();
+                    if let Some(i) = frozen.iter().position(|f| *f == k) {
+                        frozen.remove(i);
+                        if at >= p1 {
+                            out.push(PauseStop {
+                                node: node.clone(),
+                                resource: k.0,
+                                token: k.2,
+                                after_resume_us: Some(at - p1),
+                                outcome: e["outcome"].as_str().unwrap_or("").to_string(),
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !snapshot {
+            frozen = open;
+        }
+        out.extend(frozen.into_iter().map(|(resource, _, token)| PauseStop {
+            node: node.clone(),
+            resource,
+            token,
+            after_resume_us: None,
+            outcome: String::new(),
+        }));
+    }
     out
 }
 
