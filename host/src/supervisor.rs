@@ -380,6 +380,14 @@ impl<'a> Run<'a> {
                 self.cleanup(instance, CleanupReason::Failed).await;
                 Ended::Failed
             }
+            (None, Err(Failure::Interrupted)) if self.ctx.may_act().is_err() => {
+                // The engine trapped it at the lease deadline before the stop request
+                // was seen (the node was frozen past its lease, say): a lease loss, not
+                // a failed start.
+                self.stopped(live, "interrupted", Some("the node's lease expired".into()));
+                self.cleanup(None, CleanupReason::LeaseLost).await;
+                Ended::Stopped(CleanupReason::LeaseLost)
+            }
             (None, Err(failure)) => {
                 self.stopped(live, failure.outcome(), Some(failure.describe()));
                 self.cleanup(None, CleanupReason::Failed).await;

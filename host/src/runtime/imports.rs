@@ -3,7 +3,7 @@
 //! `sleep` never outlives a stop request, and `state` calls are bounded by the backend,
 //! so a plugin inside a host call can always be stopped within about one epoch tick.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::bindings::tenure::plugin::host::{self, Level, Wake};
 use super::bindings::tenure::plugin::state;
@@ -28,18 +28,30 @@ impl host::Host for HostState {
         if signals.stop_requested() {
             return Wake::StopRequested;
         }
-        let duration = Duration::from_millis(ms).min(MAX_SLEEP);
+        let end = tokio::time::Instant::now() + Duration::from_millis(ms).min(MAX_SLEEP);
         // A sleep never outlasts the instance's trap time either (its interrupt time, or
         // the lease deadline while it runs `start`): the engine cannot interrupt code
-        // waiting in a host call, so the call wakes it instead.
-        let trap_at = signals.trap_at(&self.ctx.lease, self.ctx.grant.session);
-        let now = Instant::now();
-        let until_trap = Duration::from_nanos(trap_at.saturating_sub(super::nanos(now)));
-        tokio::select! {
-            biased;
-            _ = signals.stopping() => Wake::StopRequested,
-            _ = tokio::time::sleep(until_trap), if until_trap < duration => Wake::StopRequested,
-            _ = tokio::time::sleep(duration) => Wake::Elapsed,
+        // waiting in a host call, so the call wakes it instead. Renewals move the deadline
+        // on while the plugin sleeps, so the trap time is read again whenever it comes.
+        loop {
+            let trap_at = signals.trap_at(&self.ctx.lease, self.ctx.grant.session);
+            let now = super::lease::now();
+            if now >= trap_at {
+                return Wake::StopRequested;
+            }
+            let trap = tokio::time::Instant::now() + Duration::from_nanos(trap_at - now);
+            if trap >= end {
+                return tokio::select! {
+                    biased;
+                    _ = signals.stopping() => Wake::StopRequested,
+                    _ = tokio::time::sleep_until(end) => Wake::Elapsed,
+                };
+            }
+            tokio::select! {
+                biased;
+                _ = signals.stopping() => return Wake::StopRequested,
+                _ = tokio::time::sleep_until(trap) => {}
+            }
         }
     }
 

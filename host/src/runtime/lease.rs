@@ -17,8 +17,9 @@
 //! to the node's current session, D has not passed, and the instance's own interrupt
 //! time has not come.
 //!
-//! Times are nanoseconds on the process's monotonic clock, counted from a base taken at
-//! first use ([`nanos`]), so they fit one atomic word.
+//! Times are nanoseconds on `CLOCK_BOOTTIME` ([`now`]), which keeps counting while the
+//! machine is suspended, so they fit one atomic word and a suspended-then-woken owner
+//! traps at once, as its peers' clocks expect.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -194,7 +195,7 @@ impl Signals {
 
     /// Whether an interrupt time has been set and reached.
     pub fn interrupted(&self) -> bool {
-        self.interrupted_at(nanos(Instant::now()))
+        self.interrupted_at(now())
     }
 
     /// The time at which the instance traps, given the node's lease and the grant's
@@ -216,25 +217,58 @@ impl Signals {
     }
 }
 
-/// `at` in nanoseconds since the process's clock base (at least 1, so 0 can mean "none"
-/// or "at once").
+/// Now, in nanoseconds on the clock the lease is enforced by: `CLOCK_BOOTTIME` on Linux,
+/// which keeps counting while the machine is suspended (the other nodes' clocks do too,
+/// so a deadline must not stand still across a suspend), else the monotonic clock.
+pub fn now() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux
+        // since 2.6.39, and the call has no other preconditions.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        if rc == 0 {
+            return (ts.tv_sec as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(ts.tv_nsec as u64)
+                .max(1);
+        }
+    }
+    (base().elapsed().as_nanos() as u64).max(1)
+}
+
+/// `at` on the lease clock (see [`now`]): at least 1, so 0 can mean "none" or "at once".
+/// The node's timers run on `Instant`s; they are converted here, at the moment they are
+/// published, by their distance from now.
 pub fn nanos(at: Instant) -> u64 {
-    let base = *base();
-    (at.saturating_duration_since(base).as_nanos() as u64).max(1)
+    let (instant, clock) = (Instant::now(), now());
+    let converted = if at >= instant {
+        clock.saturating_add((at - instant).as_nanos() as u64)
+    } else {
+        clock.saturating_sub((instant - at).as_nanos() as u64)
+    };
+    converted.max(1)
 }
 
-/// The instant `nanos` nanoseconds after the clock base.
+/// The `Instant` of lease-clock time `nanos`, for timers.
 fn instant(nanos: u64) -> Instant {
-    *base() + Duration::from_nanos(nanos)
+    let (instant, clock) = (Instant::now(), now());
+    if nanos >= clock {
+        instant + Duration::from_nanos(nanos - clock)
+    } else {
+        instant
+            .checked_sub(Duration::from_nanos(clock - nanos))
+            .unwrap_or(instant)
+    }
 }
 
+/// The fallback clock's origin (only where there is no `CLOCK_BOOTTIME`).
 fn base() -> &'static Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    // Taken a little in the past, so no instant the node deals with precedes it.
-    BASE.get_or_init(|| {
-        let now = Instant::now();
-        now.checked_sub(Duration::from_secs(1)).unwrap_or(now)
-    })
+    BASE.get_or_init(Instant::now)
 }
 
 #[cfg(test)]
@@ -255,8 +289,9 @@ mod tests {
         lease.publish(Some(7), Some(now + ms(100)));
         assert_eq!(lease.check(7, nanos(now)), Ok(()));
         assert_eq!(lease.check(6, nanos(now)), Err(Refusal::LeaseExpired));
+        // (A millisecond past D: two conversions of one instant may differ by nanoseconds.)
         assert_eq!(
-            lease.check(7, nanos(now + ms(100))),
+            lease.check(7, nanos(now + ms(101))),
             Err(Refusal::LeaseExpired)
         );
         // A new session: the old session's grants may no longer act, even before the
@@ -265,25 +300,39 @@ mod tests {
         assert_eq!(lease.check(7, nanos(now)), Err(Refusal::LeaseExpired));
     }
 
+    /// Two lease-clock times that stand for the same instant (each conversion reads the
+    /// two clocks a few nanoseconds apart).
+    fn same(a: u64, b: u64) -> bool {
+        a.abs_diff(b) < 1_000_000
+    }
+
     #[test]
     fn an_instance_traps_at_the_earlier_of_its_stop_time_and_the_deadline() {
         let lease = NodeLease::new(true);
         let now = Instant::now();
         lease.publish(Some(3), Some(now + ms(1000)));
         let signals = Signals::new();
-        assert_eq!(signals.trap_at(&lease, 3), nanos(now + ms(1000)));
+        assert!(same(signals.trap_at(&lease, 3), nanos(now + ms(1000))));
         signals.request_stop(now + ms(300));
-        assert_eq!(signals.trap_at(&lease, 3), nanos(now + ms(300)));
+        assert!(same(signals.trap_at(&lease, 3), nanos(now + ms(300))));
         // A later stop request does not postpone the interrupt.
         signals.request_stop(now + ms(900));
-        assert_eq!(signals.trap_at(&lease, 3), nanos(now + ms(300)));
+        assert!(same(signals.trap_at(&lease, 3), nanos(now + ms(300))));
         // Another session's instance traps at once.
         assert_eq!(Signals::new().trap_at(&lease, 2), 0);
         // Cleanup is bound by its own budget only.
         let cleanup = Signals::new();
         cleanup.unbind_from_lease(now + ms(5000));
         lease.publish(Some(4), None);
-        assert_eq!(cleanup.trap_at(&lease, 3), nanos(now + ms(5000)));
+        assert!(same(cleanup.trap_at(&lease, 3), nanos(now + ms(5000))));
+    }
+
+    #[test]
+    fn the_lease_clock_converts_instants_both_ways() {
+        let at = Instant::now() + ms(250);
+        let back = instant(nanos(at));
+        assert!(back.max(at) - back.min(at) < ms(1));
+        assert!(now() < nanos(at));
     }
 
     #[test]

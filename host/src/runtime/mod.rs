@@ -176,7 +176,7 @@ impl InstanceContext {
     /// Whether this instance may act on the world now: the one lease check that every
     /// effect (state saves, and every capability beside it) asks before acting.
     pub fn may_act(&self) -> Result<(), Refusal> {
-        let now = nanos(Instant::now());
+        let now = lease::now();
         if self.signals.interrupted_at(now) {
             return Err(Refusal::Stopping);
         }

@@ -55,7 +55,7 @@ pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostSta
     let lease = ctx.lease.clone();
     let session = ctx.grant.session;
     store.epoch_deadline_callback(move |_| {
-        let now = super::nanos(std::time::Instant::now());
+        let now = super::lease::now();
         Ok(if now >= signals.trap_at(&lease, session) {
             UpdateDeadline::Interrupt
         } else {

@@ -14,6 +14,7 @@
 //! | `cleanup-trap` | like `cooperative`                                   | panics             |
 //! | `cleanup-hang` | like `cooperative`                                   | spins forever      |
 //! | `noisy`        | writes to stdout and stderr, escapes included, then like `cooperative` | logs |
+//! | `read-back…`   | saves a count, loads it back at once, every 20 ms; logs `stale read …` if the load returns anything else | logs |
 //! | anything else  | returns an error naming the behaviour                | logs               |
 //!
 //! Every `start` first logs `start behaviour={resource} token={token}`. Every `cleanup`
@@ -59,6 +60,7 @@ impl Guest for Misbehave {
                 write_noise();
                 cooperative(token)
             }
+            r if r.starts_with("read-back") => read_back(),
             other => Err(format!("misbehave: unknown behaviour {other}")),
         }
     }
@@ -86,6 +88,29 @@ fn cooperative(token: u64) -> Result<(), String> {
     loop {
         info(&format!("tick token={token}"));
         if host::sleep(100) == Wake::StopRequested {
+            return Ok(());
+        }
+    }
+}
+
+/// Saves a growing count and reads it straight back, to check that a node reads its own
+/// writes: logs `read back n=N` every 25 counts, `stale read: saved N, loaded …` on a
+/// mismatch. Returns when asked to stop, or with the save's error.
+fn read_back() -> Result<(), String> {
+    let mut n: u64 = 0;
+    loop {
+        n += 1;
+        tenure::plugin::state::save(&n.to_le_bytes()).map_err(|e| format!("save: {e:?}"))?;
+        let loaded = tenure::plugin::state::load().map_err(|e| format!("load: {e:?}"))?;
+        if loaded.as_deref() != Some(&n.to_le_bytes()[..]) {
+            host::log(
+                Level::Warn,
+                &format!("stale read: saved {n}, loaded {loaded:?}"),
+            );
+        } else if n % 25 == 0 {
+            info(&format!("read back n={n}"));
+        }
+        if host::sleep(20) == Wake::StopRequested {
             return Ok(());
         }
     }
