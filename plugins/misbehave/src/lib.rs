@@ -107,7 +107,7 @@ fn read_back() -> Result<(), String> {
                 Level::Warn,
                 &format!("stale read: saved {n}, loaded {loaded:?}"),
             );
-        } else if n % 25 == 0 {
+        } else if n.is_multiple_of(25) {
             info(&format!("read back n={n}"));
         }
         if host::sleep(20) == Wake::StopRequested {
