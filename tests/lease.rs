@@ -220,3 +220,154 @@ fn a_follower_reads_its_own_state_writes() {
         stale[0]
     );
 }
+
+/// The supervisor on its own (the library, no node): a grant is started only if the
+/// node's lease holds for it at that moment.
+mod supervisor {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use tenure::catalog::{Entry, Manifest};
+    use tenure::ownership::Grant;
+    use tenure::runtime::{BoxFuture, CleanupReason, NodeLease, Runtime, StateBackend, StateError};
+    use tenure::supervisor::{self, Deps, Grants, LiveStarts, Loaded, SlotEnd};
+
+    use super::support::plugins;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Counts the state loads the plugin makes: the counter plugin loads its count first
+    /// thing in `start`.
+    #[derive(Default)]
+    struct Recorder {
+        loads: AtomicUsize,
+    }
+
+    impl StateBackend for Recorder {
+        fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+            self.loads.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(None) })
+        }
+        fn save(&self, _: &Grant, _: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    impl Grants for Recorder {
+        fn regrant(&self, _: &Grant) -> BoxFuture<Option<Grant>> {
+            Box::pin(async { None })
+        }
+        fn release(&self, _: &Grant, _: CleanupReason) -> BoxFuture<()> {
+            Box::pin(async {})
+        }
+        fn give_up(&self, _: &Grant) -> BoxFuture<()> {
+            Box::pin(async {})
+        }
+    }
+
+    /// The counter plugin as resource `counter`, or the misbehave fixture as any other
+    /// resource (which picks its behaviour).
+    fn loaded(runtime: &Runtime, resource: &str) -> Arc<Loaded> {
+        let wasm = if resource == "counter" {
+            plugins().counter_bytes()
+        } else {
+            plugins().misbehave_bytes()
+        };
+        let plugin = runtime.load(&wasm).expect("the plugin loads");
+        let entry = Entry {
+            name: resource.into(),
+            wasm_path: format!("{resource}.wasm").into(),
+            wasm: wasm.into(),
+            digest: plugin.digest.clone(),
+            manifest: Manifest::parse(resource, "").expect("the default manifest"),
+        };
+        Arc::new(Loaded {
+            entry,
+            plugin,
+            stop_grace: Duration::from_millis(200),
+        })
+    }
+
+    /// Runs a supervisor for a grant of `resource` under `session`, once the plugin is
+    /// compiled and `lease` has set up the node's lease; returns how it ended and how many
+    /// state loads the plugin made.
+    fn supervise(resource: &str, session: u64, lease: fn(&NodeLease)) -> (SlotEnd, usize) {
+        let threads = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        threads.block_on(async {
+            let runtime = Runtime::new(None).unwrap();
+            let plugin = loaded(&runtime, resource);
+            let node_lease = NodeLease::new(true);
+            lease(&node_lease);
+            let recorder = Arc::new(Recorder::default());
+            let live = LiveStarts::default();
+            let deps = Deps {
+                grants: recorder.clone(),
+                state: recorder.clone(),
+                lease: Arc::new(node_lease),
+                live: live.clone(),
+            };
+            let grant = Grant {
+                resource: resource.into(),
+                slot: 0,
+                node: "n1".into(),
+                token: 9,
+                term: 1,
+                session,
+            };
+            // The node asks it to stop only after 2 s: before that, only the lease can
+            // keep it from running.
+            let stop = async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                CleanupReason::Released
+            };
+            let run = supervisor::run(plugin, grant, deps, stop);
+            let (end, _) = tokio::time::timeout(Duration::from_secs(30), run)
+                .await
+                .expect("the supervisor ended");
+            assert_eq!(live.count(), 0, "an instance is still counted as live");
+            (end, recorder.loads.load(Ordering::SeqCst))
+        })
+    }
+
+    #[test]
+    fn a_grant_that_arrives_after_the_deadline_is_never_started() {
+        let lease = |l: &NodeLease| l.publish(Some(4), Some(Instant::now() - ms(1)));
+        assert_eq!(
+            supervise("counter", 4, lease),
+            (SlotEnd::Stopped(CleanupReason::LeaseLost), 0)
+        );
+    }
+
+    #[test]
+    fn a_grant_of_a_session_the_node_no_longer_holds_is_never_started() {
+        let lease = |l: &NodeLease| l.publish(Some(5), Some(Instant::now() + ms(3_600_000)));
+        assert_eq!(
+            supervise("counter", 4, lease),
+            (SlotEnd::Stopped(CleanupReason::LeaseLost), 0)
+        );
+    }
+
+    #[test]
+    fn a_spinning_plugin_is_stopped_by_the_engine_at_the_deadline() {
+        // Valid for a moment: `busy` starts and spins, ignoring everything; nobody asks
+        // it to stop. The engine traps it at the deadline, and that is a lease loss.
+        let lease = |l: &NodeLease| l.publish(Some(4), Some(Instant::now() + ms(300)));
+        let (end, _) = supervise("busy", 4, lease);
+        assert_eq!(end, SlotEnd::Stopped(CleanupReason::LeaseLost));
+    }
+
+    #[test]
+    fn a_started_plugin_runs_while_the_lease_holds() {
+        // The control: with a valid lease the counter does start (it loads its count).
+        let lease = |l: &NodeLease| l.publish(Some(4), Some(Instant::now() + ms(400)));
+        let (_, loads) = supervise("counter", 4, lease);
+        assert_eq!(loads, 1);
+    }
+}
