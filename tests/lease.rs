@@ -16,6 +16,10 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 use support::*;
 
+/// The cluster tests take turns: each is about timing under a short lease, and a second
+/// cluster starting beside it on a 2-core machine would stall its renewals.
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How long a resumed owner's plugin may execute after SIGCONT: it traps at the first
 /// epoch tick (10 ms) after the resume; the rest is for a loaded 2-core machine. The same
 /// allowance as the fault checker's.
@@ -28,6 +32,7 @@ fn events_after(c: &Cluster, i: usize, n: usize) -> Vec<Value> {
 
 #[test]
 fn a_resumed_owner_s_plugin_stops_before_its_node_opens_a_new_session() {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Cluster::builder(3).ttl(Duration::from_secs(1)).build();
     c.install_plugin_everywhere(
         "busy",
@@ -122,6 +127,7 @@ fn a_resumed_owner_s_plugin_stops_before_its_node_opens_a_new_session() {
 
 #[test]
 fn a_short_lease_with_the_default_stop_grace_keeps_its_owners() {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
     // TTL 500 ms and no [limits]: the default stop grace (500 ms) is longer than the
     // whole deadline window, so a node would ask its plugin to stop at once, every time.
     let mut c = Cluster::builder(3).ttl(Duration::from_millis(500)).build();
@@ -175,6 +181,7 @@ fn a_short_lease_with_the_default_stop_grace_keeps_its_owners() {
 
 #[test]
 fn a_follower_reads_its_own_state_writes() {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
     // Three resources with a state each, one per node (placement labels): the saves of
     // the two that followers own are forwarded to the leader.
     let mut c = Cluster::builder(3)
