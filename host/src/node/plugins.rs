@@ -58,7 +58,7 @@ impl Folder {
                 }) {
                     return false;
                 }
-                match self.load(entry).await {
+                match self.load(*entry).await {
                     Some(loaded) => {
                         self.loaded.insert(loaded.entry.name.clone(), loaded);
                         true
