@@ -381,8 +381,11 @@ impl Fleet {
     }
 
     fn request_stop(&self) {
+        // A cooperative stop: the interrupt is only a backstop, far beyond the heartbeat's
+        // return from `sleep`.
+        let interrupt_at = Instant::now() + Duration::from_secs(5);
         for (ctx, _) in &self.0 {
-            ctx.signals.request_stop();
+            ctx.signals.request_stop(interrupt_at);
         }
     }
 }

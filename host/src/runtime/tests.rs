@@ -91,9 +91,7 @@ async fn instantiate(engine: &Engine, ctx: Arc<InstanceContext>) -> (wasmtime::E
     )
     .await
     .expect("instantiation was not interrupted within 30 s");
-    let error = result
-        .err()
-        .expect("a spinning start function cannot finish");
+    let error = result.expect_err("a spinning start function cannot finish");
     (error, Instant::now())
 }
 
