@@ -197,10 +197,15 @@ impl Folder {
                     "plugin loaded",
                 );
                 let stop_grace = self.stop_grace(&entry);
+                let granted = Arc::new(crate::runtime::Granted::new(
+                    &entry.manifest.capabilities,
+                    &entry.secrets,
+                ));
                 return Some(Arc::new(Loaded {
                     entry,
                     plugin,
                     stop_grace,
+                    granted,
                 }));
             }
             Ok(Err(err)) => err.to_string(),
