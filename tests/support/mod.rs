@@ -37,6 +37,7 @@ use tempfile::TempDir;
 pub mod checker;
 pub mod cluster;
 pub mod netns;
+pub mod recorder;
 
 #[allow(
     unused_imports,
