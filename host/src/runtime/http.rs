@@ -256,3 +256,211 @@ fn refused(ctx: &InstanceContext, host: &str, reason: &str, in_flight: bool) {
         }
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use http_body_util::{BodyExt, Empty};
+    use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+    use super::{admit, send};
+    use crate::catalog::Secrets;
+    use crate::catalog::capabilities::Capabilities;
+    use crate::runtime::tests::context;
+    use crate::runtime::{Granted, InstanceContext, NodeLease};
+
+    /// A context for session 7 (see `runtime::tests::context`) allowed to reach `hosts`,
+    /// with D `left` from now.
+    fn ctx(hosts: &[&str], left: Duration) -> Arc<InstanceContext> {
+        let lease = Arc::new(NodeLease::new(true));
+        lease.publish(Some(7), Some(Instant::now() + left));
+        let capabilities = Capabilities {
+            allowed_outbound_hosts: hosts
+                .iter()
+                .map(|h| crate::catalog::capabilities::AllowedHost::parse(h).unwrap())
+                .collect(),
+            ..Capabilities::default()
+        };
+        let ctx = Arc::into_inner(context(lease)).unwrap();
+        Arc::new(ctx.with_granted(Arc::new(Granted::new(&capabilities, &Secrets::default()))))
+    }
+
+    fn request(uri: &str) -> http::Request<WasiBody> {
+        http::Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header("tenure-token", "999")
+            .body(
+                Empty::new()
+                    .map_err(|_: std::convert::Infallible| unreachable!())
+                    .boxed_unsync(),
+            )
+            .unwrap()
+    }
+
+    fn denied<T>(result: Result<T, Error>) -> bool {
+        matches!(result, Err(Error::HttpRequestDenied))
+    }
+
+    #[test]
+    fn only_allowed_hosts_pass_and_they_carry_the_grant() {
+        let ctx = ctx(
+            &["http://127.0.0.1:8080", "https://*.example.com"],
+            Duration::from_secs(2),
+        );
+        let now = Instant::now();
+        for uri in [
+            "http://127.0.0.1:8081/x",
+            "https://127.0.0.1:8080/x",
+            "http://localhost:8080/x",
+            "https://example.com/",
+            "http://api.example.com/",
+        ] {
+            assert!(
+                denied(admit(&ctx, request(uri), RequestOptions::default(), now)),
+                "{uri}"
+            );
+        }
+        let (admitted, options, host) = admit(
+            &ctx,
+            request("http://127.0.0.1:8080/x"),
+            RequestOptions::default(),
+            now,
+        )
+        .unwrap();
+        assert_eq!(host, "127.0.0.1");
+        let headers = admitted.headers();
+        // The plugin's own tenure-token is replaced, not added to.
+        assert_eq!(headers.get_all("tenure-token").iter().count(), 1);
+        assert_eq!(headers["tenure-token"], "1");
+        assert_eq!(headers["tenure-resource"], "r");
+        assert_eq!(headers["tenure-slot"], "0");
+        assert_eq!(headers["tenure-node"], "n");
+        // Every timeout is bounded by the time left until D.
+        for timeout in [
+            options.connect_timeout,
+            options.first_byte_timeout,
+            options.between_bytes_timeout,
+        ] {
+            assert!(timeout.unwrap() <= Duration::from_secs(2), "{options:?}");
+        }
+        assert!(
+            admit(
+                &ctx,
+                request("https://api.example.com/v1"),
+                RequestOptions::default(),
+                now
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn nothing_goes_out_after_d_or_when_d_comes_before_the_first_byte() {
+        let ctx = ctx(&["http://127.0.0.1:8080"], Duration::from_millis(500));
+        let now = Instant::now();
+        let short = RequestOptions {
+            first_byte_timeout: Some(Duration::from_millis(100)),
+            connect_timeout: Some(Duration::from_secs(60)),
+            ..RequestOptions::default()
+        };
+        let (_, options, _) = admit(&ctx, request("http://127.0.0.1:8080/"), short, now).unwrap();
+        assert_eq!(options.first_byte_timeout, Some(Duration::from_millis(100)));
+        assert!(options.connect_timeout.unwrap() <= Duration::from_millis(500));
+        let long = RequestOptions {
+            first_byte_timeout: Some(Duration::from_secs(1)),
+            ..RequestOptions::default()
+        };
+        assert!(denied(admit(
+            &ctx,
+            request("http://127.0.0.1:8080/"),
+            long,
+            now
+        )));
+        ctx.lease.publish(Some(7), Some(now));
+        let options = RequestOptions::default();
+        assert!(denied(admit(
+            &ctx,
+            request("http://127.0.0.1:8080/"),
+            options,
+            now
+        )));
+    }
+
+    /// A server that accepts connections and never answers; its address.
+    async fn silent_server() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        addr
+    }
+
+    /// Admits and sends a request to `addr` under `ctx`, D being `d` from now once it is
+    /// admitted (and `renewed` later, to `d2` from then, if given); how long it took.
+    async fn in_flight(
+        addr: std::net::SocketAddr,
+        d: Duration,
+        renew: Option<(Duration, Duration)>,
+    ) -> (Result<(), Error>, Duration) {
+        let entry = format!("http://{addr}");
+        // D is far at admission, so no timeout is shorter than the abort.
+        let ctx = ctx(&[entry.as_str()], Duration::from_secs(60));
+        let started = Instant::now();
+        let uri = format!("http://{addr}/");
+        let (req, options, host) =
+            admit(&ctx, request(&uri), RequestOptions::default(), started).unwrap();
+        ctx.lease.publish(Some(7), Some(started + d));
+        if let Some((at, d2)) = renew {
+            let lease = ctx.lease.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                lease.publish(Some(7), Some(Instant::now() + d2));
+            });
+        }
+        let result = send(ctx.clone(), req, options, host).await.map(|_| ());
+        (result, started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_is_aborted_at_d_and_a_renewal_moves_d() {
+        let addr = silent_server().await;
+        let (result, took) = in_flight(addr, Duration::from_millis(200), None).await;
+        assert!(denied(result), "aborted at D");
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_millis(400),
+            "{took:?}"
+        );
+        let renewal = Some((Duration::from_millis(100), Duration::from_millis(400)));
+        let (result, took) = in_flight(addr, Duration::from_millis(200), renewal).await;
+        assert!(denied(result), "aborted at the renewed D");
+        assert!(
+            took >= Duration::from_millis(490) && took < Duration::from_millis(700),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn timeouts_end_a_request_by_d() {
+        let addr = silent_server().await;
+        let entry = format!("http://{addr}");
+        let ctx = ctx(&[entry.as_str()], Duration::from_millis(300));
+        let started = Instant::now();
+        let uri = format!("http://{addr}/");
+        let (req, options, host) =
+            admit(&ctx, request(&uri), RequestOptions::default(), started).unwrap();
+        let result = send(ctx, req, options, host).await;
+        assert!(result.is_err());
+        assert!(
+            started.elapsed() < Duration::from_millis(450),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

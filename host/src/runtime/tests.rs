@@ -43,7 +43,7 @@ fn spinning_at_instantiation() -> Vec<u8> {
     component.finish()
 }
 
-struct NoState;
+pub(super) struct NoState;
 
 impl StateBackend for NoState {
     fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
@@ -54,7 +54,7 @@ impl StateBackend for NoState {
     }
 }
 
-fn context(lease: Arc<NodeLease>) -> Arc<InstanceContext> {
+pub(super) fn context(lease: Arc<NodeLease>) -> Arc<InstanceContext> {
     let grant = Grant {
         resource: "r".into(),
         slot: 0,
