@@ -191,7 +191,9 @@ impl Folder {
                     plugin = %entry.name,
                     resource = %entry.manifest.resource,
                     version = %entry.manifest.version,
-                    digest = %plugin.digest,
+                    // The version's digest (wasm and secrets), as adverts, status and
+                    // `plugin.started` show it; the compile cache keys on the wasm alone.
+                    digest = %entry.digest,
                     cache = plugin.cache.as_str(),
                     load_us = plugin.load_time.as_micros() as u64,
                     "plugin loaded",
