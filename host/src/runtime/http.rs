@@ -96,14 +96,15 @@ impl WasiHttpHooks for Hooks {
     ) -> Sent {
         let ctx = self.ctx.clone();
         match admit(&ctx, request, options.unwrap_or_default(), Instant::now()) {
-            Ok((request, options, host)) => Box::new(send(ctx, request, options, host)),
+            Ok((request, options, target)) => Box::new(send(ctx, request, options, target)),
             Err(error) => Box::new(async move { Err(error) }),
         }
     }
 }
 
 /// Checks one request against the grant and the lease and stamps it; the request to
-/// send with its bounded options and its host (for events), or the error for the plugin.
+/// send with its bounded options and its authority (for events), or the error for the
+/// plugin.
 fn admit(
     ctx: &InstanceContext,
     mut request: http::Request<WasiBody>,
@@ -112,6 +113,8 @@ fn admit(
 ) -> Result<(http::Request<WasiBody>, RequestOptions, String), Error> {
     let uri = request.uri();
     let host = uri.host().unwrap_or_default().to_string();
+    // What events name: the authority as the plugin wrote it (host and any port).
+    let target = uri.authority().map_or(String::new(), |a| a.to_string());
     let scheme = match uri.scheme_str() {
         Some("http") => Some((Scheme::Http, 80)),
         Some("https") => Some((Scheme::Https, 443)),
@@ -122,12 +125,11 @@ fn admit(
         ctx.granted.allows(scheme, &host, port)
     });
     if !allowed {
-        let target = uri.authority().map_or(String::new(), |a| a.to_string());
         refused(ctx, &target, "not-allowed", false);
         return Err(Error::HttpRequestDenied);
     }
     if let Err(refusal) = ctx.may_act() {
-        refused(ctx, &host, reason(refusal), false);
+        refused(ctx, &target, reason(refusal), false);
         return Err(Error::HttpRequestDenied);
     }
     // `None`: the lease is not enforced (the fault checker's broken build only).
@@ -136,7 +138,7 @@ fn admit(
             .first_byte_timeout
             .is_some_and(|asked| asked >= left)
         {
-            refused(ctx, &host, "lease-expired", false);
+            refused(ctx, &target, "lease-expired", false);
             return Err(Error::HttpRequestDenied);
         }
         for timeout in [
@@ -161,7 +163,7 @@ fn admit(
             .map_err(|_| Error::InternalError(Some(format!("bad {name} header value"))))?;
         headers.insert(name, value);
     }
-    Ok((request, options, host))
+    Ok((request, options, target))
 }
 
 /// Sends an admitted request, dropping it (and later its response body's connection) as
@@ -170,7 +172,7 @@ async fn send(
     ctx: Arc<InstanceContext>,
     request: http::Request<WasiBody>,
     options: RequestOptions,
-    host: String,
+    target: String,
 ) -> Result<
     (
         http::Response<WasiBody>,
@@ -182,7 +184,7 @@ async fn send(
     let (response, connection) = tokio::select! {
         result = sending => result?,
         refusal = may_no_longer_act(&ctx) => {
-            refused(&ctx, &host, reason(refusal), true);
+            refused(&ctx, &target, reason(refusal), true);
             return Err(Error::HttpRequestDenied);
         }
     };
@@ -190,7 +192,7 @@ async fn send(
         tokio::select! {
             result = connection => result,
             refusal = may_no_longer_act(&ctx) => {
-                refused(&ctx, &host, reason(refusal), true);
+                refused(&ctx, &target, reason(refusal), true);
                 Err(Error::HttpRequestDenied)
             }
         }
@@ -330,7 +332,7 @@ mod tests {
             now,
         )
         .unwrap();
-        assert_eq!(host, "127.0.0.1");
+        assert_eq!(host, "127.0.0.1:8080");
         let headers = admitted.headers();
         // The plugin's own tenure-token is replaced, not added to.
         assert_eq!(headers.get_all("tenure-token").iter().count(), 1);
@@ -443,6 +445,34 @@ mod tests {
         assert!(
             took >= Duration::from_millis(490) && took < Duration::from_millis(700),
             "{took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_rustls() {
+        // A server that closes every connection at once: the TLS handshake fails, and the
+        // request fails with a TLS or connection error (the rustls client was built).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        let entry = format!("https://{addr}");
+        let ctx = ctx(&[entry.as_str()], Duration::from_secs(5));
+        let uri = format!("https://{addr}/");
+        let (req, options, host) = admit(
+            &ctx,
+            request(&uri),
+            RequestOptions::default(),
+            Instant::now(),
+        )
+        .unwrap();
+        let result = send(ctx, req, options, host).await.map(|_| ());
+        assert!(
+            matches!(result, Err(Error::Tls(_) | Error::Connect(_))),
+            "{result:?}"
         );
     }
 
