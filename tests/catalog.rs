@@ -367,3 +367,48 @@ fn plugin_check_accepts_good_files_and_explains_bad_ones() {
     let out = tenure(&["plugin", "check", missing.to_str().unwrap()], dir.path());
     assert!(!out.status.success(), "check accepted a missing file");
 }
+
+#[test]
+fn plugin_check_shows_the_capabilities_asked_for_and_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let webhook = dir.path().join("webhook.wasm");
+    std::fs::write(&webhook, plugins().webhook_bytes()).unwrap();
+    let webhook = webhook.to_str().unwrap();
+    let stdout = |output: &std::process::Output| {
+        assert!(
+            output.status.success(),
+            "check failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+
+    eprintln!("phase: no manifest: wasi:http imported, nothing granted");
+    let said = stdout(&tenure(&["plugin", "check", webhook], dir.path()));
+    assert!(
+        said.contains("imported: wasi:http/outgoing-handler; granted: nothing"),
+        "{said}"
+    );
+    assert!(
+        said.contains("warning: imports wasi:http/outgoing-handler"),
+        "{said}"
+    );
+
+    eprintln!("phase: a manifest granting a host, env and a secret");
+    std::fs::write(dir.path().join("token"), "very-secret-value").unwrap();
+    std::fs::write(
+        dir.path().join("webhook.toml"),
+        "[capabilities]\nallowed_outbound_hosts = [\"https://api.example.com\"]\n\
+         env = { TARGET_URL = \"https://api.example.com/hook\" }\n\
+         secrets = { API_TOKEN = \"token\" }\n",
+    )
+    .unwrap();
+    let said = stdout(&tenure(&["plugin", "check", webhook], dir.path()));
+    assert!(
+        said.contains("granted: https://api.example.com:443"),
+        "{said}"
+    );
+    assert!(said.contains("TARGET_URL, API_TOKEN (secret)"), "{said}");
+    assert!(!said.contains("warning: imports wasi:http"), "{said}");
+    assert!(!said.contains("very-secret-value"), "{said}");
+}

@@ -266,7 +266,97 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         plugin.load_time.as_secs_f64() * 1000.0
     );
     println!("  imports    {}", imports.join("\n             "));
+    println!("  capabilities (what it imports, what its manifest grants)");
+    for line in capability_report(&imports, &m.capabilities, &entry.secrets) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The capabilities a component asks for (the WASI interfaces it imports) next to what
+/// its manifest grants, one line each, then a `warning:` line for each import that can
+/// only fail because nothing is granted. Secret values are never shown, only names.
+fn capability_report(
+    imports: &[String],
+    granted: &catalog::capabilities::Capabilities,
+    secrets: &catalog::Secrets,
+) -> Vec<String> {
+    use catalog::capabilities::Scheme;
+    let imported = |prefix: &str| {
+        imports
+            .iter()
+            .filter(|i| i.starts_with(prefix))
+            .map(|i| i.split('@').next().unwrap_or(i).to_string())
+            .collect::<Vec<_>>()
+    };
+    let hosts = |schemes: &[Scheme]| {
+        granted
+            .allowed_outbound_hosts
+            .iter()
+            .filter(|h| schemes.contains(&h.scheme))
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()
+    };
+    let or_none = |list: Vec<String>| {
+        if list.is_empty() {
+            "nothing".to_string()
+        } else {
+            list.join(", ")
+        }
+    };
+    let mut lines = Vec::new();
+    let mut warnings = Vec::new();
+    let mut row = |what: &str, asks: Vec<String>, grants: String| {
+        let asks = if asks.is_empty() {
+            "-".to_string()
+        } else {
+            asks.join(", ")
+        };
+        lines.push(format!(
+            "    {what:<12} imported: {asks}; granted: {grants}"
+        ));
+    };
+
+    let http = imported("wasi:http/outgoing-handler");
+    let http_hosts = hosts(&[Scheme::Http, Scheme::Https]);
+    if !http.is_empty() && http_hosts.is_empty() {
+        warnings.push(
+            "imports wasi:http/outgoing-handler, but allowed_outbound_hosts has no http or https entry: every request will be refused".to_string(),
+        );
+    }
+    row("http", http, or_none(http_hosts));
+
+    let sockets = imported("wasi:sockets/");
+    let uses_sockets = sockets
+        .iter()
+        .any(|i| !i.ends_with("/network") && !i.ends_with("/instance-network"));
+    let tcp_hosts = hosts(&[Scheme::Tcp]);
+    if uses_sockets {
+        warnings.push(format!(
+            "imports {}: sockets are never granted yet (tcp:// entries are accepted but not implemented), so every socket call will be refused",
+            sockets.join(", ")
+        ));
+    }
+    row(
+        "sockets",
+        sockets,
+        format!("nothing (tcp entries listed: {})", or_none(tcp_hosts)),
+    );
+
+    let mut vars: Vec<String> = granted.env.keys().cloned().collect();
+    vars.extend(secrets.iter().map(|(name, _)| format!("{name} (secret)")));
+    row(
+        "environment",
+        imported("wasi:cli/environment"),
+        or_none(vars),
+    );
+    row(
+        "files",
+        imported("wasi:filesystem/"),
+        "nothing (files are never granted)".to_string(),
+    );
+    lines.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
+    lines
 }
 
 /// `tenure certs ...`.

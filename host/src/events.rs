@@ -27,6 +27,10 @@ pub const PLUGIN_STOPPED: &str = "plugin.stopped";
 pub const PLUGIN_CLEANUP: &str = "plugin.cleanup";
 pub const PLUGIN_RESTARTING: &str = "plugin.restarting";
 pub const PLUGIN_FAILED: &str = "plugin.failed";
+/// An effect of a plugin was refused or aborted (`effect`, `host`, `reason`: not-allowed,
+/// lease-expired or stopping; `in_flight` when a request already sent was cut at the
+/// lease deadline).
+pub const PLUGIN_EFFECT_REFUSED: &str = "plugin.effect_refused";
 pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
 pub const OWNERSHIP_LOST: &str = "ownership.lost";
 

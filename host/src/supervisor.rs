@@ -59,6 +59,8 @@ pub struct Loaded {
     /// The stop grace this node gives the plugin: the manifest's, at most
     /// [`LeaseTiming::max_stop_grace`](crate::ownership::LeaseTiming::max_stop_grace).
     pub stop_grace: Duration,
+    /// What the manifest grants the plugin's instances (with the secret values).
+    pub granted: Arc<crate::runtime::Granted>,
 }
 
 /// The control plane as a supervisor sees it.
@@ -290,13 +292,16 @@ struct Run<'a> {
 
 impl<'a> Run<'a> {
     fn new(loaded: &'a Loaded, grant: Grant, deps: &'a Deps) -> Self {
-        let ctx = Arc::new(InstanceContext::new(
-            loaded.entry.name.clone(),
-            grant,
-            deps.lease.clone(),
-            deps.state.clone(),
-            loaded.entry.manifest.limits.memory as usize,
-        ));
+        let ctx = Arc::new(
+            InstanceContext::new(
+                loaded.entry.name.clone(),
+                grant,
+                deps.lease.clone(),
+                deps.state.clone(),
+                loaded.entry.manifest.limits.memory as usize,
+            )
+            .with_granted(loaded.granted.clone()),
+        );
         Self { loaded, deps, ctx }
     }
 

@@ -37,6 +37,7 @@ use tempfile::TempDir;
 pub mod checker;
 pub mod cluster;
 pub mod netns;
+pub mod recorder;
 
 #[allow(
     unused_imports,
@@ -64,6 +65,8 @@ pub struct Plugins {
     pub counter: PathBuf,
     /// The `misbehave` fixture: the behaviour is chosen by the resource name.
     pub misbehave: PathBuf,
+    /// The `webhook` example: POSTs its lease to `TARGET_URL` every `INTERVAL_MS`.
+    pub webhook: PathBuf,
 }
 
 impl Plugins {
@@ -78,13 +81,17 @@ impl Plugins {
     pub fn misbehave_bytes(&self) -> Vec<u8> {
         read(&self.misbehave)
     }
+
+    pub fn webhook_bytes(&self) -> Vec<u8> {
+        read(&self.webhook)
+    }
 }
 
 fn read(path: &Path) -> Vec<u8> {
     fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-/// Builds the three plugins, once per test process, and returns their paths.
+/// Builds the plugins, once per test process, and returns their paths.
 ///
 /// Runs the same cargo that runs the tests, in the workspace root, with the test's own
 /// target dir, so the plugins share the build cache with everything else.
@@ -101,7 +108,16 @@ pub fn plugins() -> &'static Plugins {
         let started = Instant::now();
         let output = Command::new(&cargo)
             .args(["build", "--target", "wasm32-wasip2", "--profile", "plugin"])
-            .args(["-p", "heartbeat", "-p", "counter", "-p", "misbehave"])
+            .args([
+                "-p",
+                "heartbeat",
+                "-p",
+                "counter",
+                "-p",
+                "misbehave",
+                "-p",
+                "webhook",
+            ])
             .current_dir(workspace)
             .env("CARGO_TARGET_DIR", &target_dir)
             .stdin(Stdio::null())
@@ -120,8 +136,14 @@ pub fn plugins() -> &'static Plugins {
             heartbeat: dir.join("heartbeat.wasm"),
             counter: dir.join("counter.wasm"),
             misbehave: dir.join("misbehave.wasm"),
+            webhook: dir.join("webhook.wasm"),
         };
-        for path in [&plugins.heartbeat, &plugins.counter, &plugins.misbehave] {
+        for path in [
+            &plugins.heartbeat,
+            &plugins.counter,
+            &plugins.misbehave,
+            &plugins.webhook,
+        ] {
             assert!(path.is_file(), "cargo built no {}", path.display());
         }
         plugins

@@ -12,12 +12,18 @@
 //! restart_window  = "5m"
 //! [placement]
 //! require = { zone = "a" }
+//! [capabilities]              # see capabilities.rs; nothing is granted unless listed
+//! allowed_outbound_hosts = ["https://api.example.com"]
+//! env     = { TARGET_URL = "https://api.example.com/v1/sync" }
+//! secrets = { API_TOKEN = "secrets/api-token" }
 //! ```
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use super::capabilities::{Capabilities, RawCapabilities};
 
 /// A plugin's resolved manifest: defaults filled in, values checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +36,8 @@ pub struct Manifest {
     pub limits: Limits,
     /// Labels a node must carry to own the resource.
     pub require: BTreeMap<String, String>,
+    /// What the plugin may reach beyond its lease, state and log.
+    pub capabilities: Capabilities,
 }
 
 /// Per-instance limits and restart policy.
@@ -67,6 +75,7 @@ impl Manifest {
             version: semver::Version::new(0, 0, 0),
             limits: Limits::default(),
             require: BTreeMap::new(),
+            capabilities: Capabilities::default(),
         }
     }
 
@@ -115,6 +124,7 @@ impl Manifest {
             }
         }
         manifest.require = raw.placement.require;
+        manifest.capabilities = Capabilities::parse(raw.capabilities)?;
         Ok(manifest)
     }
 }
@@ -135,6 +145,8 @@ struct RawManifest {
     limits: RawLimits,
     #[serde(default)]
     placement: RawPlacement,
+    #[serde(default)]
+    capabilities: RawCapabilities,
 }
 
 #[derive(Default, Deserialize)]
@@ -278,6 +290,14 @@ mod tests {
         assert!(err.contains("resource"), "{err}");
         let err = Manifest::parse("x", "[limits]\nmemory = \"64KiB\"").unwrap_err();
         assert!(err.contains("out of range"), "{err}");
+        let err = Manifest::parse(
+            "x",
+            "[capabilities]\nallowed_outbound_hosts = [\"ftp://x\"]",
+        )
+        .unwrap_err();
+        assert!(err.contains("capabilities.allowed_outbound_hosts"), "{err}");
+        let err = Manifest::parse("x", "[capabilities]\nfiles = []").unwrap_err();
+        assert!(err.contains("files"), "{err}");
     }
 
     #[test]

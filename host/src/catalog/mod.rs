@@ -11,6 +11,7 @@
 //! This module reads files and parses manifests. It does not compile wasm (the runtime
 //! does) and does not decide what runs (the node does).
 
+pub mod capabilities;
 pub mod manifest;
 
 use std::collections::BTreeMap;
@@ -34,16 +35,98 @@ pub struct Entry {
     pub wasm_path: PathBuf,
     /// The wasm bytes, read once so that what is hashed is what is compiled.
     pub wasm: Arc<[u8]>,
-    /// `sha256:<hex>` of the wasm bytes.
+    /// What identifies this version of the plugin: `sha256:<hex>` of the wasm bytes, or,
+    /// when the manifest names secrets, of the wasm bytes' digest followed by every secret
+    /// name and value ([`version_digest`]). So a changed secret file is a new version, rolled
+    /// out by handover like a changed wasm file.
     pub digest: String,
     pub manifest: Manifest,
+    /// The values of the manifest's `secrets`, read when the plugin was read.
+    pub secrets: Secrets,
+}
+
+/// Secret values by variable name. Its `Debug` shows the names only, so a secret cannot
+/// reach a log line or an error through a formatted `Entry`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secrets(BTreeMap<String, String>);
+
+impl Secrets {
+    /// `(name, value)` pairs, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "<redacted>")))
+            .finish()
+    }
+}
+
+/// The digest that names a plugin version (see [`Entry::digest`]). Each field is
+/// length-prefixed, so no two different sets of secrets hash the same input.
+pub fn version_digest(wasm: &[u8], secrets: &Secrets) -> String {
+    let wasm_digest = Sha256::digest(wasm);
+    if secrets.is_empty() {
+        return format!("sha256:{}", hex::encode(wasm_digest));
+    }
+    let mut hash = Sha256::new();
+    hash.update(b"tenure plugin version with secrets\0");
+    hash.update(wasm_digest);
+    for (name, value) in secrets.iter() {
+        for field in [name.as_bytes(), value.as_bytes()] {
+            hash.update((field.len() as u64).to_le_bytes());
+            hash.update(field);
+        }
+    }
+    format!("sha256:{}", hex::encode(hash.finalize()))
+}
+
+/// Reads the manifest's secret files, relative to `dir` (the plugins folder). An error
+/// names the key and the path, never a value.
+fn read_secrets(dir: &Path, manifest: &Manifest) -> Result<Secrets, (PathBuf, String)> {
+    let mut values = BTreeMap::new();
+    for (name, relative) in &manifest.capabilities.secrets {
+        let path = dir.join(relative);
+        let fail = |why: String| {
+            (
+                path.clone(),
+                format!(
+                    "capabilities.secrets.{name}: cannot read the secret file {}: {why}",
+                    path.display()
+                ),
+            )
+        };
+        let bytes = std::fs::read(&path).map_err(|e| fail(e.to_string()))?;
+        let mut text = String::from_utf8(bytes)
+            .map_err(|_| fail("it is not UTF-8 text (environment values are strings)".into()))?;
+        // One final line break is what `echo value > file` adds, not part of the secret.
+        if text.ends_with('\n') {
+            text.pop();
+            if text.ends_with('\r') {
+                text.pop();
+            }
+        }
+        if text.contains('\0') {
+            return Err(fail("it contains a NUL byte".into()));
+        }
+        values.insert(name.clone(), text);
+    }
+    Ok(Secrets(values))
 }
 
 /// What changed in the folder.
 #[derive(Debug)]
 pub enum Change {
-    /// A new plugin, or new files for a known one.
-    Upsert(Entry),
+    /// A new plugin, or new files for a known one (boxed: an entry is large beside the
+    /// other variants).
+    Upsert(Box<Entry>),
     /// The plugin's wasm file is gone.
     Removed(String),
     /// The plugin's files are unusable; `path` is the file at fault.
@@ -56,11 +139,37 @@ pub enum Change {
     InitialScanComplete,
 }
 
-/// Size and modification time of a plugin's two files: what "changed" means.
+/// Size and modification time of a plugin's files (the wasm, the manifest, and the secret
+/// files its manifest named when it was last read): what "changed" means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Fingerprint {
     wasm: (u64, Option<SystemTime>),
     manifest: Option<(u64, Option<SystemTime>)>,
+    /// `None` for a secret file that is missing.
+    secrets: Vec<Option<(u64, Option<SystemTime>)>>,
+}
+
+/// The secret files a manifest names, for the fingerprint (empty if it cannot be read or
+/// parsed: that is reported when the plugin is read).
+fn secret_files(dir: &Path, name: &str, manifest_path: Option<&Path>) -> Vec<PathBuf> {
+    let Some(text) = manifest_path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return Vec::new();
+    };
+    Manifest::parse(name, &text).map_or_else(
+        |_| Vec::new(),
+        |m| {
+            m.capabilities
+                .secrets
+                .values()
+                .map(|p| dir.join(p))
+                .collect()
+        },
+    )
+}
+
+fn stat(path: &Path) -> Option<(u64, Option<SystemTime>)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()))
 }
 
 /// Reads one plugin's files into an [`Entry`].
@@ -97,12 +206,15 @@ pub fn read_plugin(
             Manifest::parse(&name, &text).map_err(|e| (path.to_path_buf(), e))?
         }
     };
+    let dir = wasm_path.parent().unwrap_or(Path::new("."));
+    let secrets = read_secrets(dir, &manifest)?;
     Ok(Entry {
-        digest: format!("sha256:{}", hex::encode(Sha256::digest(&wasm))),
+        digest: version_digest(&wasm, &secrets),
         name,
         wasm_path: wasm_path.to_path_buf(),
         wasm,
         manifest,
+        secrets,
     })
 }
 
@@ -135,6 +247,8 @@ struct Watcher {
     reported: BTreeMap<String, Fingerprint>,
     /// Whether the folder's absence was reported.
     missing_reported: bool,
+    /// The secret files each plugin's manifest named when it was last read.
+    secret_files: BTreeMap<String, Vec<PathBuf>>,
 }
 
 impl Watcher {
@@ -143,7 +257,12 @@ impl Watcher {
     fn poll(&mut self, dir: &Path, first: bool) -> Vec<Change> {
         let mut changes = Vec::new();
         let now = match list(dir) {
-            Ok(now) => {
+            Ok(mut now) => {
+                for (name, print) in &mut now {
+                    if let Some(files) = self.secret_files.get(name) {
+                        print.secrets = files.iter().map(|f| stat(f)).collect();
+                    }
+                }
                 self.missing_reported = false;
                 now
             }
@@ -166,14 +285,20 @@ impl Watcher {
             if !stable || self.reported.get(name) == Some(print) {
                 continue;
             }
-            self.reported.insert(name.clone(), print.clone());
             let wasm_path = dir.join(format!("{name}.wasm"));
             let manifest_path = print
                 .manifest
                 .as_ref()
                 .map(|_| dir.join(format!("{name}.toml")));
+            // Remember the secret files this manifest names, and fingerprint them now, so
+            // that a change to one of them (or a missing one appearing) is seen next time.
+            let files = secret_files(dir, name, manifest_path.as_deref());
+            let mut print = print.clone();
+            print.secrets = files.iter().map(|f| stat(f)).collect();
+            self.secret_files.insert(name.clone(), files);
+            self.reported.insert(name.clone(), print.clone());
             changes.push(match read_plugin(&wasm_path, manifest_path.as_deref()) {
-                Ok(entry) => Change::Upsert(entry),
+                Ok(entry) => Change::Upsert(Box::new(entry)),
                 Err((path, error)) => Change::Rejected {
                     name: name.clone(),
                     path,
@@ -187,6 +312,7 @@ impl Watcher {
             }
         }
         self.reported.retain(|name, _| now.contains_key(name));
+        self.secret_files.retain(|name, _| now.contains_key(name));
         self.last_seen = now;
         changes
     }
@@ -229,6 +355,7 @@ fn list(dir: &Path) -> std::io::Result<BTreeMap<String, Fingerprint>> {
                 Fingerprint {
                     wasm: print,
                     manifest,
+                    secrets: Vec::new(),
                 },
             )
         })
@@ -271,6 +398,81 @@ mod tests {
         assert!(w.poll(dir.path(), false).is_empty());
         std::fs::remove_file(dir.path().join("a.wasm")).unwrap();
         assert_eq!(names(&w.poll(dir.path(), false)), ["removed a"]);
+    }
+
+    #[test]
+    fn secrets_are_read_at_load_make_the_version_and_never_print() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("a.wasm");
+        let toml = dir.path().join("a.toml");
+        std::fs::write(&wasm, b"\0asm\x0d\0\x01\0").unwrap();
+        std::fs::write(
+            &toml,
+            "[capabilities]\nsecrets = { API_TOKEN = \"secrets/token\" }\n",
+        )
+        .unwrap();
+
+        // A missing secret file: the error names the key and the path.
+        let (path, error) = read_plugin(&wasm, Some(&toml)).unwrap_err();
+        assert_eq!(path, dir.path().join("secrets/token"));
+        assert!(error.contains("capabilities.secrets.API_TOKEN"), "{error}");
+        assert!(error.contains("secrets/token"), "{error}");
+
+        std::fs::create_dir(dir.path().join("secrets")).unwrap();
+        std::fs::write(dir.path().join("secrets/token"), "hunter2\n").unwrap();
+        let entry = read_plugin(&wasm, Some(&toml)).unwrap();
+        assert_eq!(
+            entry.secrets.iter().collect::<Vec<_>>(),
+            [("API_TOKEN", "hunter2")]
+        );
+        let debug = format!("{entry:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("API_TOKEN"),
+            "{debug}"
+        );
+        let plain = read_plugin(&wasm, None).unwrap();
+        assert_ne!(entry.digest, plain.digest);
+        assert_eq!(
+            plain.digest,
+            format!("sha256:{}", hex::encode(Sha256::digest(&*plain.wasm)))
+        );
+
+        // Another value is another version.
+        std::fs::write(dir.path().join("secrets/token"), "hunter3").unwrap();
+        let changed = read_plugin(&wasm, Some(&toml)).unwrap();
+        assert_ne!(changed.digest, entry.digest);
+        assert!(!changed.digest.contains("hunter"));
+    }
+
+    #[test]
+    fn a_changed_or_appearing_secret_file_is_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
+        std::fs::write(
+            dir.path().join("a.toml"),
+            "[capabilities]\nsecrets = { KEY = \"key.txt\" }\n",
+        )
+        .unwrap();
+        let mut w = Watcher::default();
+        assert_eq!(names(&w.poll(dir.path(), true)), ["rejected key.txt"]);
+        assert!(w.poll(dir.path(), false).is_empty());
+        std::fs::write(dir.path().join("key.txt"), "one").unwrap();
+        assert!(w.poll(dir.path(), false).is_empty());
+        let changes = w.poll(dir.path(), false);
+        assert_eq!(names(&changes), ["upsert a"]);
+        let Change::Upsert(first) = &changes[0] else {
+            unreachable!()
+        };
+        assert!(w.poll(dir.path(), false).is_empty());
+        std::fs::write(dir.path().join("key.txt"), "second").unwrap();
+        assert!(w.poll(dir.path(), false).is_empty());
+        let changes = w.poll(dir.path(), false);
+        assert_eq!(names(&changes), ["upsert a"]);
+        let Change::Upsert(second) = &changes[0] else {
+            unreachable!()
+        };
+        assert_ne!(first.digest, second.digest);
+        assert!(w.poll(dir.path(), false).is_empty());
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl Folder {
                 }) {
                     return false;
                 }
-                match self.load(entry).await {
+                match self.load(*entry).await {
                     Some(loaded) => {
                         self.loaded.insert(loaded.entry.name.clone(), loaded);
                         true
@@ -191,16 +191,23 @@ impl Folder {
                     plugin = %entry.name,
                     resource = %entry.manifest.resource,
                     version = %entry.manifest.version,
-                    digest = %plugin.digest,
+                    // The version's digest (wasm and secrets), as adverts, status and
+                    // `plugin.started` show it; the compile cache keys on the wasm alone.
+                    digest = %entry.digest,
                     cache = plugin.cache.as_str(),
                     load_us = plugin.load_time.as_micros() as u64,
                     "plugin loaded",
                 );
                 let stop_grace = self.stop_grace(&entry);
+                let granted = Arc::new(crate::runtime::Granted::new(
+                    &entry.manifest.capabilities,
+                    &entry.secrets,
+                ));
                 return Some(Arc::new(Loaded {
                     entry,
                     plugin,
                     stop_grace,
+                    granted,
                 }));
             }
             Ok(Err(err)) => err.to_string(),

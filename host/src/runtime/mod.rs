@@ -7,9 +7,13 @@
 //! store plus one instantiation of that plugin, built for one grant.
 //!
 //! Isolation, in the order a misbehaving plugin meets it:
-//! - **Capabilities.** WASI 0.2 is linked (ordinary Rust builds import it) but the context
-//!   grants nothing: no preopened directories, no environment, no arguments, no sockets,
-//!   no name lookup. stdout and stderr become host log lines.
+//! - **Capabilities.** WASI 0.2 and wasi:http are linked (ordinary Rust builds import
+//!   WASI; JavaScript builds import wasi:http) but grant nothing unless the manifest's
+//!   `[capabilities]` says so ([`Granted`]): no preopened directories, no arguments, no
+//!   sockets, no name lookup ever; environment variables from `env` and `secrets`
+//!   (`env.rs`); outbound HTTP to the allowed hosts only, fenced by the lease (`http.rs`).
+//!   Every effect asks [`InstanceContext::may_act`] first. stdout and stderr become host
+//!   log lines.
 //! - **Memory.** A per-instance cap over all linear memories. A refused growth is recorded,
 //!   so an instance that then traps reports [`Failure::OutOfMemory`] with its peak.
 //! - **Time.** Every store has an epoch deadline of one tick. At each tick a running plugin
@@ -25,6 +29,8 @@
 
 mod bindings;
 mod cache;
+mod env;
+pub mod http;
 mod imports;
 mod instance;
 mod lease;
@@ -44,6 +50,8 @@ pub use instance::{Failure, Instance};
 pub use lease::{NodeLease, Refusal, Signals, nanos};
 use store::HostState;
 
+use crate::catalog::Secrets;
+use crate::catalog::capabilities::{AllowedHost, Capabilities, Scheme};
 use crate::ownership::Grant;
 
 /// How often the epoch advances: the granularity of yields and interrupts.
@@ -123,8 +131,40 @@ pub enum StateError {
 /// node's log or disk.
 pub const PLUGIN_LOG_LINES_PER_SECOND: u32 = 200;
 
+/// What a plugin's manifest grants its instances beyond the lease, state and log
+/// (DESIGN.md, `[capabilities]`). It holds secret values, so it has no `Debug`.
+#[derive(Default)]
+pub struct Granted {
+    /// Where outbound requests may go; empty: nowhere.
+    outbound: Vec<AllowedHost>,
+    /// The instance's environment: the manifest's `env`, then its secrets.
+    env: Vec<(String, String)>,
+}
+
+impl Granted {
+    pub fn new(capabilities: &Capabilities, secrets: &Secrets) -> Self {
+        let env = capabilities
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect();
+        Self {
+            outbound: capabilities.allowed_outbound_hosts.clone(),
+            env,
+        }
+    }
+
+    /// Whether a connection to `scheme://host:port` is granted.
+    pub fn allows(&self, scheme: Scheme, host: &str, port: u16) -> bool {
+        self.outbound
+            .iter()
+            .any(|entry| entry.matches(scheme, host, port))
+    }
+}
+
 /// Everything an instance's imports need: who it is, the grant it runs under, its
-/// signals, its state backend and its log budget.
+/// signals, what its manifest grants, its state backend and its log budget.
 pub struct InstanceContext {
     /// The plugin's name (its file stem in the plugins folder).
     pub plugin: String,
@@ -136,6 +176,8 @@ pub struct InstanceContext {
     pub state: Arc<dyn StateBackend>,
     /// Memory cap over all of the instance's linear memories, in bytes.
     pub memory_limit: usize,
+    /// The manifest's capabilities (nothing, unless [`InstanceContext::with_granted`]).
+    pub granted: Arc<Granted>,
     log_budget: std::sync::Mutex<crate::ratelimit::RateLimiter>,
 }
 
@@ -154,6 +196,7 @@ impl InstanceContext {
             lease,
             state,
             memory_limit,
+            granted: Arc::default(),
             log_budget: std::sync::Mutex::new(crate::ratelimit::RateLimiter::new(
                 PLUGIN_LOG_LINES_PER_SECOND,
                 Duration::from_secs(1),
@@ -171,6 +214,13 @@ impl InstanceContext {
             self.state.clone(),
             self.memory_limit,
         )
+        .with_granted(self.granted.clone())
+    }
+
+    /// The same context with the manifest's capabilities granted.
+    pub fn with_granted(mut self, granted: Arc<Granted>) -> Self {
+        self.granted = granted;
+        self
     }
 
     /// Whether this instance may act on the world now: the one lease check that every
@@ -233,6 +283,8 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;

@@ -1,10 +1,12 @@
-//! The one place a `Store` is built: its WASI context (granting nothing), memory cap and
-//! epoch deadline.
+//! The one place a `Store` is built: its WASI context (granting only the manifest's
+//! environment: `env.rs`), its wasi:http context (`http.rs`), memory cap and epoch
+//! deadline.
 
 use std::sync::Arc;
 
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::InstanceContext;
 use super::output::{OutputSink, Stream};
@@ -18,7 +20,9 @@ pub struct HostState {
     pub(super) ctx: Arc<InstanceContext>,
     pub(super) memory: MemoryCap,
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(super) http: WasiHttpCtx,
+    pub(super) http_hooks: super::http::Hooks,
+    pub(super) table: ResourceTable,
 }
 
 impl WasiView for HostState {
@@ -40,10 +44,13 @@ pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostSta
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
+    super::env::grant(&mut wasi, &ctx.granted);
     let state = HostState {
         memory: MemoryCap::new(ctx.memory_limit),
         ctx: ctx.clone(),
         wasi: wasi.build(),
+        http: WasiHttpCtx::new(),
+        http_hooks: super::http::Hooks::new(ctx.clone()),
         table: ResourceTable::new(),
     };
     let mut store = Store::new(engine, state);
