@@ -235,9 +235,11 @@ mod supervisor {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
-    use tenure::catalog::{Entry, Manifest};
+    use tenure::catalog::{Entry, Manifest, Secrets};
     use tenure::ownership::Grant;
-    use tenure::runtime::{BoxFuture, CleanupReason, NodeLease, Runtime, StateBackend, StateError};
+    use tenure::runtime::{
+        BoxFuture, CleanupReason, Granted, NodeLease, Runtime, StateBackend, StateError,
+    };
     use tenure::supervisor::{self, Deps, Grants, LiveStarts, Loaded, SlotEnd};
 
     use super::support::plugins;
@@ -290,11 +292,14 @@ mod supervisor {
             wasm: wasm.into(),
             digest: plugin.digest.clone(),
             manifest: Manifest::parse(resource, "").expect("the default manifest"),
+            secrets: Secrets::default(),
         };
+        let granted = Arc::new(Granted::new(&entry.manifest.capabilities, &entry.secrets));
         Arc::new(Loaded {
             entry,
             plugin,
             stop_grace: Duration::from_millis(200),
+            granted,
         })
     }
 
