@@ -307,6 +307,8 @@ mod supervisor {
     /// compiled and `lease` has set up the node's lease; returns how it ended and how many
     /// state loads the plugin made.
     fn supervise(resource: &str, session: u64, lease: fn(&NodeLease)) -> (SlotEnd, usize) {
+        // Compiling without a cache is heavy: not beside a cluster test's short lease.
+        let _turn = super::CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
         let threads = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

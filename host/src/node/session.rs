@@ -1,16 +1,17 @@
 //! The node's session: open it, renew it every T/4 with the leader, and keep the lease
 //! deadline (DESIGN.md, "Sessions and leases").
 //!
-//! - A renewal is sent to the current leader with the session id; the send time is
-//!   taken before sending. Only an acknowledgement moves the deadline, to
-//!   `send time + T − m` ([`Lease::acked`](crate::ownership::Lease::acked)).
+//! - A renewal is sent to the current leader with the session id every T/4, whether or
+//!   not the previous one was answered; the send time is taken before sending. Only an
+//!   acknowledgement moves the deadline, to `send time + T − m`
+//!   ([`Lease::acked`](crate::ownership::Lease::acked)), never back.
 //! - The leader answers only after a quorum round that began after the renewal arrived
 //!   ([`answer`]), so a deposed or partitioned leader cannot acknowledge.
 //! - When the deadline passes, or the leader says the session is unknown (expired),
-//!   the node has lost its lease: its plugins were stopped by the deadline (the owner
-//!   reconciliation and the supervisors see to that). It waits until the deadline has
-//!   passed, then opens a new session, which vacates any slot still bound to the old
-//!   one; new grants come with new tokens.
+//!   the node has lost its lease: the engine stops its plugins by the deadline. It waits
+//!   until the deadline has passed and every plugin of the session has stopped, then
+//!   opens a new session, which vacates any slot still bound to the old one; new grants
+//!   come with new tokens.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,41 +73,74 @@ pub async fn keep(
         shared.with_lease(|l| l.opened(session));
         tracing::info!(event = events::SESSION_OPENED, node = %shared.me, session, "session opened");
 
-        loop {
-            let sent = Instant::now();
-            // Never wait past the deadline: its passing is reported when it happens.
-            let deadline = shared.with_lease(|l| l.deadline());
-            let wait = deadline.map_or(every, |d| every.min(d.saturating_duration_since(sent)));
-            let answer = tokio::time::timeout(wait, renew(&shared, &liveness, session)).await;
-            match answer {
-                Ok(Ok(Renewed::Ok)) => {
+        let why = renew_until_lost(&shared, &liveness, session, &mut stop).await;
+        match why {
+            Some(why) => lost(&shared, session, why),
+            None => return,
+        }
+    }
+}
+
+/// Renews `session` every T/4 until its lease is lost (returns why) or `stop` is set
+/// (returns `None`).
+///
+/// A renewal goes out every T/4 whether or not the previous one has been answered: an
+/// answer that takes longer than T/4 (a loaded leader, a slow quorum round) still moves
+/// the deadline to its own send time + T − m, as long as it comes before that. Each
+/// renewal is abandoned at that point, so at most four are in flight. (Waiting for each
+/// answer before sending the next, as before, threw away every answer slower than T/4:
+/// at TTL 500 ms on a busy machine, owners lost their slots in calm.)
+async fn renew_until_lost(
+    shared: &Arc<Shared>,
+    liveness: &Arc<Liveness>,
+    session: u64,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<&'static str> {
+    let every = shared.timing.renew_every();
+    let worth = shared.timing.ttl - shared.timing.margin();
+    let mut inflight: tokio::task::JoinSet<(Instant, Result<Renewed, String>)> =
+        tokio::task::JoinSet::new();
+    let mut next = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next {
+            let (shared, liveness) = (shared.clone(), liveness.clone());
+            inflight.spawn(async move {
+                let answer = tokio::time::timeout_at(
+                    (now + worth).into(),
+                    renew(&shared, &liveness, session),
+                )
+                .await
+                .unwrap_or_else(|_| Err("timed out".into()));
+                (now, answer)
+            });
+            next = now + every;
+        }
+        // Never sleep past the deadline: its passing is reported when it happens.
+        let wake = shared
+            .with_lease(|l| l.deadline())
+            .map_or(next, |d| next.min(d));
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return None,
+            Some(done) = inflight.join_next() => match done {
+                Ok((sent, Ok(Renewed::Ok))) => {
                     shared.with_lease(|l| l.acked(session, sent));
                 }
-                Ok(Ok(Renewed::UnknownSession)) => {
-                    lost(&shared, session, "the leader no longer knows the session");
-                    break;
+                Ok((_, Ok(Renewed::UnknownSession))) => {
+                    return Some("the leader no longer knows the session");
                 }
-                Ok(Err(error)) => {
+                Ok((_, Err(error))) => {
                     tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal failed");
                 }
-                Err(_) => tracing::debug!(event = events::CONTROL_ERROR, "renewal timed out"),
-            }
-            let expired = shared.with_lease(|l| l.deadline().is_some_and(|d| Instant::now() >= d));
-            if expired {
-                lost(
-                    &shared,
-                    session,
-                    "the lease deadline passed without a renewal",
-                );
-                break;
-            }
-            let next = shared
-                .with_lease(|l| l.deadline())
-                .map_or(sent + every, |d| (sent + every).min(d));
-            tokio::select! {
-                _ = tokio::time::sleep_until(next.into()) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
+                Err(error) => {
+                    tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal task failed");
+                }
+            },
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        if shared.with_lease(|l| l.deadline().is_some_and(|d| Instant::now() >= d)) {
+            return Some("the lease deadline passed without a renewal");
         }
     }
 }
