@@ -137,7 +137,32 @@ fn a_short_lease_with_the_default_stop_grace_keeps_its_owners() {
         &plugins().misbehave_bytes(),
     );
     c.start();
-    let owners = c.wait_owners("cooperative", 2, |_| true);
+    // Calm begins once the cluster has settled: at this lease, start-up (three nodes
+    // compiling the plugin at once on two cores) can cost an election, and with it a
+    // restart. Settled: both slots owned and no `plugin.started` for 3 s.
+    let starts = |c: &Cluster| -> usize {
+        (0..3)
+            .map(|i| c.node(i).count(is("plugin.started").f()))
+            .sum()
+    };
+    let settling = Instant::now();
+    let mut seen = starts(&c);
+    let mut quiet_since = Instant::now();
+    let owners = loop {
+        let owners = c.wait_owners("cooperative", 2, |_| true);
+        std::thread::sleep(Duration::from_millis(250));
+        let now = starts(&c);
+        if now != seen {
+            (seen, quiet_since) = (now, Instant::now());
+        } else if quiet_since.elapsed() >= Duration::from_secs(3) {
+            break owners;
+        }
+        assert!(
+            settling.elapsed() < WAIT,
+            "the cluster did not settle within {WAIT:?}:\n{}",
+            c.tails()
+        );
+    };
     let calm = Duration::from_secs(
         std::env::var("TENURE_CALM_SECONDS")
             .ok()
@@ -145,15 +170,11 @@ fn a_short_lease_with_the_default_stop_grace_keeps_its_owners() {
             .unwrap_or(15),
     );
     eprintln!("phase: {calm:?} of calm; owners {owners:?}");
-    let before: usize = (0..3)
-        .map(|i| c.node(i).count(is("plugin.started").f()))
-        .sum();
+    let before = starts(&c);
     let started = Instant::now();
     while started.elapsed() < calm {
         std::thread::sleep(Duration::from_millis(500));
-        let now: usize = (0..3)
-            .map(|i| c.node(i).count(is("plugin.started").f()))
-            .sum();
+        let now = starts(&c);
         assert_eq!(
             now,
             before,
