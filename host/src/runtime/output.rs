@@ -261,38 +261,8 @@ mod tests {
 
     #[test]
     fn a_flooding_instance_is_held_to_its_log_budget() {
-        struct NoState;
-        impl crate::runtime::StateBackend for NoState {
-            fn load(
-                &self,
-                _: &crate::ownership::Grant,
-            ) -> crate::runtime::BoxFuture<Result<Option<Vec<u8>>, crate::runtime::StateError>>
-            {
-                Box::pin(async { Ok(None) })
-            }
-            fn save(
-                &self,
-                _: &crate::ownership::Grant,
-                _: Vec<u8>,
-            ) -> crate::runtime::BoxFuture<Result<(), crate::runtime::StateError>> {
-                Box::pin(async { Ok(()) })
-            }
-        }
-        let grant = crate::ownership::Grant {
-            resource: "r".into(),
-            slot: 0,
-            node: "n".into(),
-            token: 1,
-            term: 0,
-            session: 1,
-        };
-        let ctx = InstanceContext::new(
-            "p".into(),
-            grant,
-            std::sync::Arc::new(crate::runtime::NodeLease::new(true)),
-            std::sync::Arc::new(NoState),
-            1 << 20,
-        );
+        let lease = std::sync::Arc::new(crate::runtime::NodeLease::new(true));
+        let ctx = crate::runtime::tests::context(lease);
         let written = (0..5_000)
             .filter(|i| emit(&ctx, Stream::Log, Level::Info, &format!("line {i}")))
             .count();
