@@ -192,3 +192,148 @@ fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     node.wait_for("webhook started", started("webhook"), WAIT);
     shut_down(&mut node);
 }
+
+/// Outbound TCP at the level of one instance: the real runtime runs the misbehave
+/// fixture's `tcp-hold` against a real TCP server in this process ([`LineServer`]), under
+/// a lease whose deadline the test sets, so the deadline's effect is seen on its own.
+///
+/// [`LineServer`]: support::recorder::LineServer
+mod tcp {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use tenure::catalog::{Manifest, Secrets};
+    use tenure::ownership::Grant;
+    use tenure::runtime::{
+        BoxFuture, Failure, Granted, Instance, InstanceContext, NodeLease, Runtime, StateBackend,
+        StateError,
+    };
+
+    use super::support::plugins;
+    use super::support::recorder::LineServer;
+
+    struct NoState;
+
+    impl StateBackend for NoState {
+        fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn save(&self, _: &Grant, _: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Compiles the fixture, then instantiates it as `tcp-hold` with `capabilities`
+    /// under a lease valid for `valid` from then; the instance, and the deadline.
+    async fn instance(capabilities: &str, valid: Duration) -> (Instance, Instant) {
+        let runtime = Runtime::new(None).unwrap();
+        let plugin = runtime.load(&plugins().misbehave_bytes()).unwrap();
+        let manifest = format!("resource = \"tcp-hold\"\n[capabilities]\n{capabilities}");
+        let manifest = Manifest::parse("tcp-hold", &manifest).expect("the manifest parses");
+        let granted = Granted::new(&manifest.capabilities, &Secrets::default());
+        let lease = Arc::new(NodeLease::new(true));
+        let deadline = Instant::now() + valid;
+        lease.publish(Some(4), Some(deadline));
+        let grant = Grant {
+            resource: "tcp-hold".into(),
+            slot: 0,
+            node: "n1".into(),
+            token: 9,
+            term: 1,
+            session: 4,
+        };
+        let ctx =
+            InstanceContext::new("tcp-hold".into(), grant, lease, Arc::new(NoState), 64 << 20)
+                .with_granted(Arc::new(granted));
+        let instance = plugin
+            .instantiate(Arc::new(ctx))
+            .await
+            .expect("instantiates");
+        (instance, deadline)
+    }
+
+    fn block_on<T>(future: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn a_connection_the_plugin_holds_is_shut_down_at_the_deadline() {
+        let server = LineServer::start();
+        let port = server.port();
+        // Through a name, so the lookup path is the one that grants the address.
+        let capabilities = format!(
+            "allowed_outbound_hosts = [\"tcp://localhost:{port}\"]\n\
+             env = {{ TCP_TARGET = \"localhost:{port}\" }}\n"
+        );
+        block_on(async {
+            let (mut instance, deadline) =
+                instance(&capabilities, Duration::from_millis(1500)).await;
+            let started = instance.start().await;
+            // `start` ended at D: the plugin's sleep woke and said stop, or the engine
+            // trapped it. The instance, and the store holding the plugin's socket, live
+            // on: only the fence can have closed the connection.
+            assert!(
+                matches!(started, Ok(Ok(())) | Err(Failure::Interrupted)),
+                "{started:?}"
+            );
+            let connections = server.wait_until("the connection's end", super::WAIT, |c| {
+                c.first().is_some_and(|c| c.ended.is_some())
+            });
+            assert_eq!(connections.len(), 1, "{connections:?}");
+            let connection = &connections[0];
+            let ended = connection.ended.unwrap();
+            assert!(
+                ended + Duration::from_millis(20) >= deadline,
+                "the connection ended {:?} before D",
+                deadline - ended
+            );
+            assert!(
+                connection
+                    .lines
+                    .iter()
+                    .any(|(_, l)| l.starts_with("token=9 ")),
+                "{connection:?}"
+            );
+            // Nothing the plugin wrote arrived after D (beyond the loopback's delivery).
+            let late: Vec<_> = connection
+                .lines
+                .iter()
+                .filter(|(at, _)| *at > deadline + Duration::from_millis(50))
+                .collect();
+            assert!(late.is_empty(), "lines arrived after D: {late:?}");
+            drop(instance);
+        });
+    }
+
+    #[test]
+    fn a_port_not_granted_and_a_name_not_granted_are_refused() {
+        let granted = LineServer::start();
+        let other = LineServer::start();
+        let (a, b) = (granted.port(), other.port());
+        for (target, refused) in [
+            // The host is granted, the port is not.
+            (format!("127.0.0.1:{b}"), &other),
+            // Only the IP literal is granted: the name may not even be looked up.
+            (format!("localhost:{a}"), &granted),
+        ] {
+            let capabilities = format!(
+                "allowed_outbound_hosts = [\"tcp://127.0.0.1:{a}\"]\n\
+                 env = {{ TCP_TARGET = \"{target}\" }}\n"
+            );
+            block_on(async {
+                let (mut instance, _) = instance(&capabilities, Duration::from_secs(60)).await;
+                let started = instance.start().await;
+                match started {
+                    Ok(Err(error)) => assert!(error.contains(&target), "{error}"),
+                    other => panic!("{target}: expected a refused connect, got {other:?}"),
+                }
+            });
+            assert!(refused.connections().is_empty(), "{target} was reached");
+        }
+    }
+}

@@ -331,16 +331,23 @@ fn capability_report(
         .iter()
         .any(|i| !i.ends_with("/network") && !i.ends_with("/instance-network"));
     let tcp_hosts = hosts(&[Scheme::Tcp]);
-    if uses_sockets {
+    if uses_sockets && tcp_hosts.is_empty() {
         warnings.push(format!(
-            "imports {}: sockets are never granted yet (tcp:// entries are accepted but not implemented), so every socket call will be refused",
+            "imports {}, but allowed_outbound_hosts has no tcp entry: every socket call will be refused",
             sockets.join(", ")
         ));
+    }
+    if sockets.iter().any(|i| i.ends_with("/udp")) {
+        warnings.push("imports wasi:sockets/udp: UDP is never granted".to_string());
     }
     row(
         "sockets",
         sockets,
-        format!("nothing (tcp entries listed: {})", or_none(tcp_hosts)),
+        if tcp_hosts.is_empty() {
+            "nothing".to_string()
+        } else {
+            format!("outbound TCP to {}", tcp_hosts.join(", "))
+        },
     );
 
     let mut vars: Vec<String> = granted.env.keys().cloned().collect();

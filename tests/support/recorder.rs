@@ -159,3 +159,101 @@ fn read_request(reader: &mut impl BufRead) -> Option<Recorded> {
         at: SystemTime::now(),
     })
 }
+
+/// A real TCP server for the effects tests: it records every line each connection sends
+/// (with its arrival time) and when each connection reached EOF.
+pub struct LineServer {
+    addr: SocketAddr,
+    shared: Arc<LineShared>,
+}
+
+/// One connection as the line server saw it.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    pub lines: Vec<(Instant, String)>,
+    /// When the peer shut its side (a read returned 0) or the connection failed.
+    pub ended: Option<Instant>,
+}
+
+#[derive(Default)]
+struct LineShared {
+    connections: Mutex<Vec<Connection>>,
+    changed: Condvar,
+}
+
+impl LineServer {
+    pub fn start() -> LineServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the line server");
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(LineShared::default());
+        let accept = shared.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let shared = accept.clone();
+                let index = {
+                    let mut connections = shared.connections.lock().unwrap();
+                    connections.push(Connection::default());
+                    connections.len() - 1
+                };
+                shared.changed.notify_all();
+                thread::spawn(move || read_lines(stream, index, &shared));
+            }
+        });
+        LineServer { addr, shared }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn connections(&self) -> Vec<Connection> {
+        self.shared.connections.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds for the connections; panics after `timeout`.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&[Connection]) -> bool,
+    ) -> Vec<Connection> {
+        let deadline = Instant::now() + timeout;
+        let mut connections = self.shared.connections.lock().unwrap();
+        while !done(&connections) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out waiting for {what}: {connections:?}"
+            );
+            connections = self
+                .shared
+                .changed
+                .wait_timeout(connections, left)
+                .unwrap()
+                .0;
+        }
+        connections.clone()
+    }
+}
+
+fn read_lines(stream: TcpStream, index: usize, shared: &LineShared) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        let read = reader.read_line(&mut line);
+        let now = Instant::now();
+        let mut connections = shared.connections.lock().unwrap();
+        let connection = &mut connections[index];
+        match read {
+            Ok(0) | Err(_) => {
+                connection.ended = Some(now);
+                drop(connections);
+                shared.changed.notify_all();
+                return;
+            }
+            Ok(_) => connection.lines.push((now, line.trim_end().to_string())),
+        }
+        drop(connections);
+        shared.changed.notify_all();
+    }
+}

@@ -34,7 +34,7 @@
 //! header is for.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::HeaderValue;
 use http_body_util::BodyExt;
@@ -42,10 +42,10 @@ use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
 
+use super::InstanceContext;
+use super::refused::{Why, may_no_longer_act, refused};
 use super::store::HostState;
-use super::{InstanceContext, Refusal};
 use crate::catalog::capabilities::Scheme;
-use crate::events;
 
 /// The headers the host sets on every outbound request.
 pub const TOKEN_HEADER: &str = "tenure-token";
@@ -125,11 +125,11 @@ fn admit(
         ctx.granted.allows(scheme, &host, port)
     });
     if !allowed {
-        refused(ctx, &target, "not-allowed", false);
+        refused(ctx, "http", &target, Why::NotAllowed, false);
         return Err(Error::HttpRequestDenied);
     }
     if let Err(refusal) = ctx.may_act() {
-        refused(ctx, &target, reason(refusal), false);
+        refused(ctx, "http", &target, refusal.into(), false);
         return Err(Error::HttpRequestDenied);
     }
     // `None`: the lease is not enforced (the fault checker's broken build only).
@@ -138,7 +138,8 @@ fn admit(
             .first_byte_timeout
             .is_some_and(|asked| asked >= left)
         {
-            refused(ctx, &target, "lease-expired", false);
+            let why = Why::Lease(super::Refusal::LeaseExpired);
+            refused(ctx, "http", &target, why, false);
             return Err(Error::HttpRequestDenied);
         }
         for timeout in [
@@ -184,7 +185,7 @@ async fn send(
     let (response, connection) = tokio::select! {
         result = sending => result?,
         refusal = may_no_longer_act(&ctx) => {
-            refused(&ctx, &target, reason(refusal), true);
+            refused(&ctx, "http", &target, refusal.into(), true);
             return Err(Error::HttpRequestDenied);
         }
     };
@@ -192,7 +193,7 @@ async fn send(
         tokio::select! {
             result = connection => result,
             refusal = may_no_longer_act(&ctx) => {
-                refused(&ctx, &target, reason(refusal), true);
+                refused(&ctx, "http", &target, refusal.into(), true);
                 Err(Error::HttpRequestDenied)
             }
         }
@@ -201,62 +202,6 @@ async fn send(
         response.map(BodyExt::boxed_unsync),
         Box::new(connection) as Box<dyn Future<Output = _> + Send>,
     ))
-}
-
-/// Resolves once the instance may no longer act: at D (as it stands when the time
-/// comes; a renewal moves it), or at the instance's interrupt time.
-async fn may_no_longer_act(ctx: &InstanceContext) -> Refusal {
-    /// How long to sleep when neither D nor an interrupt time bounds the wait.
-    const IDLE: Duration = Duration::from_secs(3600);
-    loop {
-        if let Err(refusal) = ctx.may_act() {
-            return refusal;
-        }
-        let now = Instant::now();
-        let own = ctx.signals.trap_at(&ctx.lease, ctx.grant.session);
-        let until_own = Duration::from_nanos(own.saturating_sub(super::nanos(now)));
-        let until_deadline = ctx.lease.time_left(now).unwrap_or(IDLE);
-        let wait = until_own.min(until_deadline).min(IDLE);
-        tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
-    }
-}
-
-fn reason(refusal: Refusal) -> &'static str {
-    match refusal {
-        Refusal::LeaseExpired => "lease-expired",
-        Refusal::Stopping => "stopping",
-    }
-}
-
-/// Writes `plugin.effect_refused` for a request to `host`, within the log budget.
-fn refused(ctx: &InstanceContext, host: &str, reason: &str, in_flight: bool) {
-    if ctx.admit_log_line().is_none() {
-        return;
-    }
-    let grant = &ctx.grant;
-    let what = if in_flight {
-        "an outbound HTTP request in flight was aborted"
-    } else {
-        "an outbound HTTP request was refused"
-    };
-    tracing::warn!(
-        event = events::PLUGIN_EFFECT_REFUSED,
-        plugin = %ctx.plugin,
-        resource = %grant.resource,
-        slot = grant.slot,
-        token = grant.token,
-        node = %grant.node,
-        effect = "http",
-        host = %super::output::sanitize(host),
-        reason,
-        in_flight,
-        "{what}: {}",
-        match reason {
-            "not-allowed" => "the host is not in the manifest's allowed_outbound_hosts",
-            "lease-expired" => "the node's lease deadline has passed or comes before the request's first-byte timeout",
-            _ => "the plugin is being stopped",
-        }
-    );
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@
 //! - **Capabilities.** WASI 0.2 and wasi:http are linked (ordinary Rust builds import
 //!   WASI; JavaScript builds import wasi:http) but grant nothing unless the manifest's
 //!   `[capabilities]` says so ([`Granted`]): no preopened directories, no arguments, no
-//!   sockets, no name lookup ever; environment variables from `env` and `secrets`
-//!   (`env.rs`); outbound HTTP to the allowed hosts only, fenced by the lease (`http.rs`).
-//!   Every effect asks [`InstanceContext::may_act`] first. stdout and stderr become host
+//!   UDP, no listening ever; environment variables from `env` and `secrets` (`env.rs`);
+//!   outbound HTTP to the allowed hosts only (`http.rs`) and outbound TCP to the allowed
+//!   endpoints only (`tcp.rs`), both fenced by the lease. Every effect asks
+//!   [`InstanceContext::may_act`] first (`refused.rs` reports a refusal). stdout and stderr become host
 //!   log lines.
 //! - **Memory.** A per-instance cap over all linear memories. A refused growth is recorded,
 //!   so an instance that then traps reports [`Failure::OutOfMemory`] with its peak.
@@ -35,7 +36,9 @@ mod imports;
 mod instance;
 mod lease;
 pub mod output;
+mod refused;
 mod store;
+mod tcp;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -160,6 +163,22 @@ impl Granted {
         self.outbound
             .iter()
             .any(|entry| entry.matches(scheme, host, port))
+    }
+
+    /// Whether any `tcp://` entry is granted (else the instance may not create a TCP
+    /// socket at all).
+    pub fn tcp(&self) -> bool {
+        self.outbound.iter().any(|e| e.scheme == Scheme::Tcp)
+    }
+
+    /// The ports the `tcp://` entries matching `host` grant (empty: the name may not be
+    /// looked up).
+    pub fn tcp_ports(&self, host: &str) -> Vec<u16> {
+        self.outbound
+            .iter()
+            .filter(|e| e.scheme == Scheme::Tcp && e.matches(Scheme::Tcp, host, e.port))
+            .map(|e| e.port)
+            .collect()
     }
 }
 
@@ -286,6 +305,7 @@ impl Runtime {
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        tcp::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         let cache = cache_dir

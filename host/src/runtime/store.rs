@@ -1,6 +1,6 @@
 //! The one place a `Store` is built: its WASI context (granting only the manifest's
-//! environment: `env.rs`), its wasi:http context (`http.rs`), memory cap and epoch
-//! deadline.
+//! environment: `env.rs`; its sockets: `tcp.rs`), its wasi:http context (`http.rs`),
+//! memory cap and epoch deadline.
 
 use std::sync::Arc;
 
@@ -22,6 +22,7 @@ pub struct HostState {
     wasi: WasiCtx,
     pub(super) http: WasiHttpCtx,
     pub(super) http_hooks: super::http::Hooks,
+    pub(super) tcp: super::tcp::Sockets,
     pub(super) table: ResourceTable,
 }
 
@@ -37,20 +38,20 @@ impl WasiView for HostState {
 /// Builds the store for one instance.
 pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostState> {
     let mut wasi = WasiCtxBuilder::new();
-    // The builder's defaults already grant no env, args, dirs or addresses; say so
-    // explicitly for the socket families too, so a future default cannot widen it.
+    // The builder's defaults grant no env, args, dirs or addresses; the sockets say
+    // explicitly what they grant (tcp.rs), so a future default cannot widen it.
     wasi.stdout(OutputSink::new(ctx.clone(), Stream::Stdout))
-        .stderr(OutputSink::new(ctx.clone(), Stream::Stderr))
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
+        .stderr(OutputSink::new(ctx.clone(), Stream::Stderr));
     super::env::grant(&mut wasi, &ctx.granted);
+    let tcp = super::tcp::Sockets::new(ctx.clone());
+    tcp.grant(&mut wasi);
     let state = HostState {
         memory: MemoryCap::new(ctx.memory_limit),
         ctx: ctx.clone(),
         wasi: wasi.build(),
         http: WasiHttpCtx::new(),
         http_hooks: super::http::Hooks::new(ctx.clone()),
+        tcp,
         table: ResourceTable::new(),
     };
     let mut store = Store::new(engine, state);

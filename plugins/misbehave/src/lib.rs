@@ -15,6 +15,7 @@
 //! | `cleanup-hang` | like `cooperative`                                   | spins forever      |
 //! | `noisy`        | writes to stdout and stderr, escapes included, then like `cooperative` | logs |
 //! | `read-back…`   | saves a count, loads it back at once, every 20 ms; logs `stale read …` if the load returns anything else | logs |
+//! | `tcp-hold…`    | connects to `TCP_TARGET` (`host:port`) and writes `token=T seq=N` lines on that one connection every 20 ms; logs `tcp connected to …`, `tcp connect failed: …` (then returns the error) or `tcp write failed: …` (then waits for the stop) | logs |
 //! | anything else  | returns an error naming the behaviour                | logs               |
 //!
 //! Every `start` first logs `start behaviour={resource} token={token}`. Every `cleanup`
@@ -25,6 +26,7 @@
 wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
 
 use std::hint::black_box;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tenure::plugin::host::{self, Level, Wake};
@@ -61,6 +63,7 @@ impl Guest for Misbehave {
                 cooperative(token)
             }
             r if r.starts_with("read-back") => read_back(),
+            r if r.starts_with("tcp-hold") => tcp_hold(token),
             other => Err(format!("misbehave: unknown behaviour {other}")),
         }
     }
@@ -109,6 +112,32 @@ fn read_back() -> Result<(), String> {
             );
         } else if n.is_multiple_of(25) {
             info(&format!("read back n={n}"));
+        }
+        if host::sleep(20) == Wake::StopRequested {
+            return Ok(());
+        }
+    }
+}
+
+/// Holds one TCP connection to `TCP_TARGET` and writes a line on it every 20 ms, like a
+/// singleton that keeps a database connection open.
+fn tcp_hold(token: u64) -> Result<(), String> {
+    let target = std::env::var("TCP_TARGET").map_err(|_| "TCP_TARGET is not set".to_string())?;
+    let mut stream = match std::net::TcpStream::connect(target.as_str()) {
+        Ok(stream) => stream,
+        Err(e) => {
+            host::log(Level::Warn, &format!("tcp connect failed: {e}"));
+            return Err(format!("connecting to {target}: {e}"));
+        }
+    };
+    info(&format!("tcp connected to {target}"));
+    let mut seq: u64 = 0;
+    loop {
+        seq += 1;
+        if let Err(e) = stream.write_all(format!("token={token} seq={seq}\n").as_bytes()) {
+            host::log(Level::Warn, &format!("tcp write failed: {e}"));
+            while host::sleep(100) != Wake::StopRequested {}
+            return Ok(());
         }
         if host::sleep(20) == Wake::StopRequested {
             return Ok(());
