@@ -8,6 +8,8 @@
 
 mod support;
 
+use std::time::{Duration, Instant, SystemTime};
+
 use serde_json::Value;
 use support::recorder::Recorder;
 use support::*;
@@ -191,6 +193,123 @@ fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     std::fs::write(node.plugins_dir().join("secrets/nowhere"), "now-here").unwrap();
     node.wait_for("webhook started", started("webhook"), WAIT);
     shut_down(&mut node);
+}
+
+/// Cluster tests with short leases take turns: three nodes compiling and electing at once
+/// on a small machine would blur what each checks.
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How late after SIGCONT a request the frozen owner had already sent may still arrive.
+const RESUME_ALLOWANCE: Duration = Duration::from_millis(50);
+
+#[test]
+fn the_downstream_sees_only_its_owners_tokens_and_nothing_stale_after_a_freeze_or_a_kill() {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Recorder::start();
+    let mut c = Cluster::builder(3).ttl(Duration::from_secs(1)).build();
+    c.install_plugin_everywhere(
+        "webhook",
+        &format!(
+            "resource = \"webhook\"\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"20\" }}\n",
+            base = server.base()
+        ),
+        &plugins().webhook_bytes(),
+    );
+    c.start();
+    let with_token = |token: u64| {
+        move |r: &support::recorder::Recorded| r.header("tenure-token") == Some(&token.to_string())
+    };
+    let wait_request = |token: u64| {
+        let deadline = Instant::now() + WAIT;
+        while !server.requests().iter().any(with_token(token)) {
+            assert!(Instant::now() < deadline, "no request with token {token}");
+            server.wait_for(server.requests().len() + 1, WAIT);
+        }
+    };
+
+    // The owner writes; then it freezes for longer than its lease.
+    let first = c.wait_owners("webhook", 1, |_| true).remove(0);
+    wait_request(first.token);
+    let i = c.index(&first.node);
+    c.pause(i);
+    std::thread::sleep(c.ttl() * 2 + Duration::from_millis(300));
+    let resumed = SystemTime::now();
+    c.resume(i);
+    let second = c
+        .wait_owners("webhook", 1, |o| o[0].token > first.token)
+        .remove(0);
+    wait_request(second.token);
+
+    // The next owner dies at once: its successor writes with a greater token.
+    let killed = c.kill(c.index(&second.node));
+    let third = c
+        .wait_owners("webhook", 1, |o| o[0].token > second.token)
+        .remove(0);
+    wait_request(third.token);
+    c.stop_all();
+
+    let requests = server.requests();
+    // Nothing the frozen owner sent after its deadline: at most what was on the wire when
+    // it froze, arriving just after SIGCONT.
+    let stale: Vec<_> = requests
+        .iter()
+        .filter(|r| with_token(first.token)(r) && r.at > resumed + RESUME_ALLOWANCE)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "the frozen owner wrote after SIGCONT: {stale:?}"
+    );
+    let after_kill: Vec<_> = requests
+        .iter()
+        .filter(|r| with_token(second.token)(r) && r.at > killed + RESUME_ALLOWANCE)
+        .collect();
+    assert!(
+        after_kill.is_empty(),
+        "the killed owner wrote after kill -9: {after_kill:?}"
+    );
+    // Every request carries a token its sender held, in its own name.
+    let held: Vec<(String, u64)> = c
+        .merged()
+        .iter()
+        .filter(|e| is("plugin.started").with("resource", "webhook").matches(e))
+        .map(|e| (str_field(e, "node").to_string(), token(e)))
+        .collect();
+    for r in &requests {
+        let sender = (
+            r.header("tenure-node").unwrap_or_default().to_string(),
+            r.header("tenure-token")
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
+        );
+        assert!(
+            held.contains(&sender),
+            "{sender:?} never held the slot: {r:?}"
+        );
+        assert_eq!(
+            r.json()["token"],
+            sender.1,
+            "the body's token is the header's: {r:?}"
+        );
+    }
+    // At the downstream, tokens never go backwards (beyond the frozen owner's allowance).
+    let mut highest = 0;
+    for r in &requests {
+        let token: u64 = r.header("tenure-token").unwrap().parse().unwrap();
+        assert!(
+            token >= highest || (token == first.token && r.at <= resumed + RESUME_ALLOWANCE),
+            "token {token} arrived after {highest}: {r:?}"
+        );
+        highest = highest.max(token);
+    }
+    eprintln!(
+        "{} requests; tokens {} (frozen) -> {} (killed) -> {}",
+        requests.len(),
+        first.token,
+        second.token,
+        third.token
+    );
 }
 
 /// Outbound TCP at the level of one instance: the real runtime runs the misbehave
