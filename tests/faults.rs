@@ -3,6 +3,10 @@
 //! `support/checker.rs`; the checker's own tests on hand-made logs; and a deliberately
 //! broken build (`TENURE_UNSAFE_NO_SELF_DEMOTION=1`) that the checker must catch.
 //!
+//! The `webhook` example posts every 50 ms to a recording server (on the namespaces'
+//! bridge, or 127.0.0.1 in loopback mode) with the lease's fencing headers; the checker's
+//! property 6 reads what that downstream received.
+//!
 //! Besides the well-behaved plugins (`t1`, `t2`, `counter`) the run has two misbehaving
 //! owners, both the `misbehave` fixture: `busy` spins without host calls and ignores stop
 //! requests, so only the engine's interrupt (at the stop grace, or at the lease deadline)
@@ -21,8 +25,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use support::checker::{self, Expect, Fault, Resource, Schedule};
+use support::checker::{self, Delivery, Expect, Fault, Resource, Schedule};
 use support::netns::Net;
+use support::recorder::Recorder;
 use support::*;
 
 const DEFAULT_SEED: u64 = 0x7E4E_5EED;
@@ -93,7 +98,7 @@ fn now_us() -> i64 {
 
 /// The resources that faults target by their owner (and that rollouts pick from). `trap`
 /// is left out: it is rarely owned, and its owner is the same kind of node as any other.
-const TARGETS: [&str; 4] = ["t1", "t2", "counter", "busy"];
+const TARGETS: [&str; 5] = ["t1", "t2", "counter", "busy", "webhook"];
 
 fn resources() -> Vec<Resource> {
     let resource = |name: &str, tickets, counter, recovers| Resource {
@@ -109,6 +114,7 @@ fn resources() -> Vec<Resource> {
         // The `misbehave` fixture picks its behaviour from the resource name.
         resource("busy", 1, false, true),
         resource("trap", 1, false, false),
+        resource("webhook", 1, false, true),
     ]
 }
 
@@ -116,16 +122,48 @@ fn resources() -> Vec<Resource> {
 fn plugin_bytes(r: &Resource) -> Vec<u8> {
     match r.name.as_str() {
         "busy" | "trap" => plugins().misbehave_bytes(),
+        "webhook" => plugins().webhook_bytes(),
         _ if r.counter => plugins().counter_bytes(),
         _ => plugins().heartbeat_bytes(),
     }
 }
 
-fn install(c: &Cluster) {
+/// A resource's manifest at `version`: the webhook's grants it the downstream server.
+fn manifest_of(r: &Resource, version: &str, downstream: &Recorder) -> String {
+    let mut manifest = manifest(&r.name, r.tickets as u32, version);
+    if r.name == "webhook" {
+        manifest.push_str(&format!(
+            "\n[capabilities]\nallowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"50\" }}\n",
+            base = downstream.base()
+        ));
+    }
+    manifest
+}
+
+fn install(c: &Cluster, downstream: &Recorder) {
     for r in resources() {
-        let manifest = manifest(&r.name, r.tickets as u32, "1.0.0");
+        let manifest = manifest_of(&r, "1.0.0", downstream);
         c.install_plugin_everywhere(&r.name, &manifest, &plugin_bytes(&r));
     }
+}
+
+/// What the downstream server received, as the checker reads it.
+fn deliveries(downstream: &Recorder) -> Vec<Delivery> {
+    downstream
+        .requests()
+        .iter()
+        .map(|r| {
+            let number = |name| r.header(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+            Delivery {
+                at_us: system_time_us(r.at),
+                node: r.header("tenure-node").unwrap_or_default().to_string(),
+                resource: r.header("tenure-resource").unwrap_or_default().to_string(),
+                slot: number("tenure-slot"),
+                token: number("tenure-token"),
+            }
+        })
+        .collect()
 }
 
 /// Waits (bounded by [`WAIT`]) until the cluster is formed and every slot of every
@@ -192,9 +230,13 @@ fn seeded_fault_run() {
             .hosts((0..n).map(|i| net.ip(i)).collect())
             .wrappers((0..n).map(|i| net.wrapper(i)).collect());
     }
+    let downstream = match &net {
+        Some(net) => Recorder::on(net.listen_on_bridge()),
+        None => Recorder::start(),
+    };
     // Declared after `net`: the nodes die before their namespaces go.
     let mut c = builder.build();
-    install(&c);
+    install(&c, &downstream);
     c.start();
     recover(&c, &BTreeMap::new());
 
@@ -279,7 +321,7 @@ fn seeded_fault_run() {
                     .unwrap();
                 let wasm =
                     with_custom_section(&plugin_bytes(&spec), "tenure-fault", version.as_bytes());
-                let manifest = manifest(resource, spec.tickets as u32, &version);
+                let manifest = manifest_of(&spec, &version, &downstream);
                 let mut order: Vec<usize> = (0..n).collect();
                 for i in (1..n).rev() {
                     order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -339,7 +381,9 @@ fn seeded_fault_run() {
         resources: resources(),
         recovered: Some((recovered_at, RECOVERY.as_micros() as i64)),
     };
-    let violations = checker::check(&events, &schedule, &expect);
+    let mut violations = checker::check(&events, &schedule, &expect);
+    let delivered = deliveries(&downstream);
+    violations.extend(checker::downstream(&delivered, &schedule));
     let starts = events
         .iter()
         .filter(|e| e["event"] == "plugin.started")
@@ -355,8 +399,9 @@ fn seeded_fault_run() {
     eprintln!("[faults] plugin.started per resource: {starts_of:?}");
     report_pause_stops(&checker::pause_stops(&events, &schedule));
     eprintln!(
-        "[faults] seed={seed} seconds={seconds} episodes={episodes} faults={counts:?} plugin.started={starts} events={} slowest recovery={slowest:?} violations={}",
+        "[faults] seed={seed} seconds={seconds} episodes={episodes} faults={counts:?} plugin.started={starts} events={} downstream writes={} slowest recovery={slowest:?} violations={}",
         events.len(),
+        delivered.len(),
         violations.len()
     );
     let report: String = violations.iter().map(|v| v.render(&schedule)).collect();
@@ -429,7 +474,8 @@ fn report_pause_stops(stops: &[checker::PauseStop]) {
 }
 
 /// A node that keeps running its plugin past its lease deadline (the test-only switch)
-/// is cut off; the majority starts a successor; the checker must report the overlap.
+/// is cut off; the majority starts a successor; the checker must report the overlap, and
+/// at the webhook's downstream the stale owner's writes after it was healed.
 #[test]
 fn broken_build_is_caught() {
     let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
@@ -444,6 +490,7 @@ fn broken_build_is_caught() {
             return;
         }
     };
+    let downstream = Recorder::on(net.listen_on_bridge());
     let mut c = Cluster::builder(3)
         .ttl(TTL)
         .hosts((0..3).map(|i| net.ip(i)).collect())
@@ -452,13 +499,17 @@ fn broken_build_is_caught() {
     for i in 0..3 {
         c.node_mut(i).set_env("TENURE_UNSAFE_NO_SELF_DEMOTION", "1");
     }
+    let webhook = resources()
+        .into_iter()
+        .find(|r| r.name == "webhook")
+        .unwrap();
     c.install_plugin_everywhere(
-        "solo",
-        &manifest("solo", 1, "1.0.0"),
-        &plugins().heartbeat_bytes(),
+        "webhook",
+        &manifest_of(&webhook, "1.0.0", &downstream),
+        &plugins().webhook_bytes(),
     );
     c.start();
-    let owner = c.wait_owners("solo", 1, |_| true).remove(0);
+    let owner = c.wait_owners("webhook", 1, |_| true).remove(0);
     let x = c.index(&owner.node);
     let mut schedule = Schedule {
         seed: 0,
@@ -468,7 +519,7 @@ fn broken_build_is_caught() {
     let cut_at = now_us();
     schedule.record(cut_at, &owner.node, "cut");
     c.wait("a successor on the majority side", WAIT, |c| {
-        c.owners("solo")
+        c.owners("webhook")
             .into_iter()
             .find(|o| o.node != owner.node && timestamp_us(&o.started) > cut_at)
     });
@@ -480,22 +531,20 @@ fn broken_build_is_caught() {
         c.kill(i);
     }
     let expect = Expect {
-        resources: vec![Resource {
-            name: "solo".into(),
-            tickets: 1,
-            counter: false,
-            recovers: true,
-        }],
+        resources: vec![webhook],
         recovered: None,
     };
-    let violations = checker::check(&c.merged(), &schedule, &expect);
+    let mut violations = checker::check(&c.merged(), &schedule, &expect);
+    violations.extend(checker::downstream(&deliveries(&downstream), &schedule));
     for v in &violations {
         eprintln!("{}", v.render(&schedule));
     }
-    assert!(
-        violations.iter().any(|v| v.kind == "overlap"),
-        "the checker missed the broken build's overlap: {violations:?}"
-    );
+    for kind in ["overlap", "stale-write"] {
+        assert!(
+            violations.iter().any(|v| v.kind == kind),
+            "the checker missed the broken build's {kind}: {violations:?}"
+        );
+    }
 }
 
 // ---- The checker on hand-made logs ------------------------------------------------------
@@ -702,4 +751,49 @@ fn checker_reports_a_missing_or_double_cleanup() {
         exited("n1", 1010),
     ];
     assert_eq!(kinds(log, &schedule(), 1, false), Vec::<&str>::new());
+}
+
+fn delivery(node: &str, ms: i64, token: u64) -> Delivery {
+    Delivery {
+        at_us: ms * 1000,
+        node: node.into(),
+        resource: "webhook".into(),
+        slot: 0,
+        token,
+    }
+}
+
+#[test]
+fn checker_reports_a_stale_write_at_the_downstream_unless_it_was_held_up_by_a_fault() {
+    let mut schedule = schedule();
+    schedule.record(1_000_000, "n1", Fault::PAUSE);
+    schedule.record(4_000_000, "n1", Fault::RESUME);
+    schedule.record(6_000_000, "n2", "cut");
+    schedule.record(8_000_000, "n2", "heal");
+    let clean = [
+        delivery("n1", 900, 3),
+        delivery("n2", 3_000, 4),
+        // On the wire when n1 froze: delivered just after SIGCONT.
+        delivery("n1", 4_020, 3),
+        delivery("n2", 5_000, 4),
+        delivery("n3", 7_000, 5),
+        // On the wire when n2 was cut off: delivered during the cut and just after it.
+        delivery("n2", 7_500, 4),
+        delivery("n2", 8_030, 4),
+        delivery("n3", 9_000, 5),
+    ];
+    assert!(checker::downstream(&clean, &schedule).is_empty());
+    let stale = [
+        delivery("n1", 900, 3),
+        delivery("n2", 3_000, 4),
+        // n1 writes with its old token long after SIGCONT.
+        delivery("n1", 4_500, 3),
+        // n2 was never held up around this one.
+        delivery("n3", 5_500, 5),
+        delivery("n2", 5_600, 4),
+    ];
+    let found = checker::downstream(&stale, &schedule);
+    let at: Vec<i64> = found.iter().map(|v| v.at_us / 1000).collect();
+    assert_eq!(at, [4_500, 5_600], "{found:?}");
+    assert!(found.iter().all(|v| v.kind == "stale-write"));
 }

@@ -15,6 +15,9 @@
 //!    owned ([`Resource::recovers`]) is owned.
 //! 5. `cleanup`: every `plugin.stopped` on a node that did not die right after is followed
 //!    by exactly one `plugin.cleanup` of the same token on that node.
+//! 6. `stale-write` ([`downstream`], over what a plugin's downstream service received):
+//!    per slot, in arrival order, the `tenure-token` never goes backwards, except for a
+//!    write that was on the wire when its node froze or was cut off.
 //!
 //! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
 //! only after SIGCONT, although the plugin could not run while frozen and every host call
@@ -74,12 +77,17 @@ impl Schedule {
 
     /// Every node's pauses: (SIGSTOP, SIGCONT) times.
     fn pauses(&self) -> Vec<(String, i64, i64)> {
+        self.episodes(Fault::PAUSE, Fault::RESUME)
+    }
+
+    /// Every node's episodes from a `start` action to the next `end` action on it.
+    fn episodes(&self, start: &str, end: &str) -> Vec<(String, i64, i64)> {
         let mut open: BTreeMap<&str, i64> = BTreeMap::new();
         let mut out = Vec::new();
         for f in &self.faults {
-            if f.action == Fault::PAUSE {
+            if f.action == start {
                 open.insert(&f.node, f.at_us);
-            } else if f.action == Fault::RESUME
+            } else if f.action == end
                 && let Some(p0) = open.remove(f.node.as_str())
             {
                 out.push((f.node.clone(), p0, f.at_us));
@@ -116,7 +124,7 @@ pub struct Expect {
 /// One broken promise.
 #[derive(Clone, Debug)]
 pub struct Violation {
-    /// `overlap`, `token`, `lost-save`, `recovery` or `cleanup`.
+    /// `overlap`, `token`, `lost-save`, `recovery`, `cleanup` or `stale-write`.
     pub kind: &'static str,
     pub resource: String,
     pub at_us: i64,
@@ -178,6 +186,62 @@ pub fn time(us: i64) -> String {
 }
 
 /// Checks all five properties; an empty list means the run was safe.
+/// One write a plugin's downstream service received, with the fencing headers it carried.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub at_us: i64,
+    pub node: String,
+    pub resource: String,
+    pub slot: u64,
+    pub token: u64,
+}
+
+/// Property 6, at a plugin's downstream: a slot's tokens never go backwards in arrival
+/// order, except for a write that was on the wire when its node froze or was cut off: it
+/// arrives while the node is paused or cut, or within [`PAUSE_SLACK_US`] of its SIGCONT or
+/// heal. Anything else is a stale owner acting after its lease (`stale-write`).
+pub fn downstream(deliveries: &[Delivery], schedule: &Schedule) -> Vec<Violation> {
+    let mut held_up = schedule.pauses();
+    held_up.extend(schedule.episodes("cut", "heal"));
+    let excused = |d: &Delivery| {
+        held_up.iter().any(|(node, from, to)| {
+            *node == d.node && *from <= d.at_us && d.at_us <= to + PAUSE_SLACK_US
+        })
+    };
+    let mut sorted: Vec<&Delivery> = deliveries.iter().collect();
+    sorted.sort_by_key(|d| d.at_us);
+    let mut highest: BTreeMap<(&str, u64), &Delivery> = BTreeMap::new();
+    let mut out = Vec::new();
+    for d in sorted {
+        let key = (d.resource.as_str(), d.slot);
+        match highest.get(&key) {
+            Some(top) if d.token < top.token => {
+                if !excused(d) {
+                    out.push(Violation {
+                        kind: "stale-write",
+                        resource: d.resource.clone(),
+                        at_us: d.at_us,
+                        detail: format!(
+                            "slot {}: a write from {} with token {} arrived after one from {} with token {} (at {})",
+                            d.slot,
+                            d.node,
+                            d.token,
+                            top.node,
+                            top.token,
+                            time(top.at_us)
+                        ),
+                        runs: Vec::new(),
+                    });
+                }
+            }
+            _ => {
+                highest.insert(key, d);
+            }
+        }
+    }
+    out
+}
+
 pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Violation> {
     let mut out = Vec::new();
     let pauses = schedule.pauses();

@@ -7,6 +7,10 @@
 //! machine's own networks, and the root namespace gets no interfaces at all. Cutting node
 //! `i` off is `ip link set p<i> down` in the hub; healing is setting it up again.
 //!
+//! The bridge itself has an address, [`Net::DOWNSTREAM`]: a test server listening there
+//! ([`Net::listen_on_bridge`]) plays a service the nodes' plugins write to, reachable from
+//! every node whose link is up.
+//!
 //! Names carry the test process's pid and a sequence number (`tnp-<pid>-<seq>-…`), so a
 //! namespace left behind by a killed run cannot collide with a new one; namespaces of
 //! earlier runs whose process is gone are deleted when a new [`Net`] is made. Dropping a
@@ -76,6 +80,8 @@ impl Net {
         ip(&["netns", "add", &net.hub])?;
         ip(&["-n", &net.hub, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &net.hub, "link", "set", "br0", "up"])?;
+        let bridge = format!("{}/24", Net::DOWNSTREAM);
+        ip(&["-n", &net.hub, "addr", "add", &bridge, "dev", "br0"])?;
         for i in 0..n {
             let ns = format!("{base}-n{}", i + 1);
             ip(&["netns", "add", &ns])?;
@@ -97,6 +103,38 @@ impl Net {
             net.hub, n
         );
         Ok(net)
+    }
+
+    /// The bridge's address, for a downstream service the nodes can reach.
+    pub const DOWNSTREAM: &str = "10.213.0.254";
+
+    /// A TCP listener on the bridge's address (port chosen by the kernel). The socket is
+    /// made in the hub namespace by a thread that enters it; it stays there whichever
+    /// thread accepts on it.
+    pub fn listen_on_bridge(&self) -> std::net::TcpListener {
+        let path = format!("/var/run/netns/{}", self.hub);
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let ns = std::fs::File::open(&path)
+                        .unwrap_or_else(|e| panic!("opening {path}: {e}"));
+                    // SAFETY: setns on an open namespace file moves only this thread,
+                    // which ends right after binding.
+                    let entered = unsafe {
+                        libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET)
+                    };
+                    assert_eq!(
+                        entered,
+                        0,
+                        "setns into {path}: {}",
+                        std::io::Error::last_os_error()
+                    );
+                    std::net::TcpListener::bind((Net::DOWNSTREAM, 0))
+                        .expect("binding on the bridge's address")
+                })
+                .join()
+                .expect("the namespace thread")
+        })
     }
 
     /// Node `i`'s address.

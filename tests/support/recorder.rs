@@ -40,7 +40,8 @@ struct Shared {
     changed: Condvar,
 }
 
-/// A recording server on 127.0.0.1, on a port of its own; it runs until the test ends.
+/// A recording server (on 127.0.0.1 unless given a listener), on a port of its own; it
+/// runs until the test ends.
 pub struct Recorder {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -48,7 +49,12 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn start() -> Recorder {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the recorder");
+        Recorder::on(TcpListener::bind("127.0.0.1:0").expect("binding the recorder"))
+    }
+
+    /// A recording server on a listener of the caller's (another address, another
+    /// network namespace).
+    pub fn on(listener: TcpListener) -> Recorder {
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared::default());
         let accept = shared.clone();
@@ -65,7 +71,7 @@ impl Recorder {
         self.addr.port()
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://ADDRESS:PORT`
     pub fn base(&self) -> String {
         format!("http://{}", self.addr)
     }
