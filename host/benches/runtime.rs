@@ -13,7 +13,13 @@
 //!    instances (each a tokio task parked inside `start`, in the host's `sleep`) are
 //!    spawned; the growth of the process's RSS (`/proc/self/statm`) divided by K is
 //!    reported, for each K in [`IDLE_COUNTS`], [`IDLE_REPEATS`] times.
-//! 3. **Startup with a warm compile cache.** `Runtime::load` of `heartbeat` with an empty
+//! 3. **Outbound HTTP: the fence's added cost.** The same GET to a local HTTP server,
+//!    [`HTTP_ROUNDS`] times each way, interleaved: sent directly with wasmtime-wasi-http's
+//!    `default_send_request`, and through `runtime::http::outgoing` (the path every plugin
+//!    request takes: allow-list, the lease check, the `tenure-*` headers, bounded
+//!    timeouts, the watch for D). Both open a fresh connection per request, as the
+//!    default sender does; the difference of the medians is the fence's cost.
+//! 4. **Startup with a warm compile cache.** `Runtime::load` of `heartbeat` with an empty
 //!    cache (compiles) and with a filled one (deserializes), [`LOAD_RUNS`] times each;
 //!    then the whole process: the real `tenure run` binary, from spawn to its first
 //!    `plugin.started` event, once with an empty data dir and [`WARM_RESTARTS`] times
@@ -58,6 +64,9 @@ const IDLE_REPEATS: usize = 3;
 const IDLE_WARMUP: usize = 20;
 /// `Runtime::load` runs per cache state.
 const LOAD_RUNS: usize = 10;
+/// Requests sent each way in the outbound HTTP comparison, after [`HTTP_WARMUP`] each.
+const HTTP_ROUNDS: usize = 2000;
+const HTTP_WARMUP: usize = 100;
 /// Node restarts on a filled data dir.
 const WARM_RESTARTS: usize = 5;
 /// Every instance's memory cap.
@@ -86,6 +95,7 @@ fn main() -> anyhow::Result<()> {
     println!("pooling allocator: {}", runtime.pooling());
     tokio.block_on(latency_section(&runtime, &wasm, &state, &mut table))?;
     tokio.block_on(idle_section(&runtime, &wasm, &state, &mut table))?;
+    tokio.block_on(outbound_section(&state, &mut table))?;
     drop(runtime);
     load_section(&wasm, &mut table)?;
     process_section(&wasm, &mut table)?;
@@ -272,6 +282,123 @@ async fn time_starts(
 
 fn failed(failure: Failure) -> anyhow::Error {
     anyhow::anyhow!("the plugin failed: {}", failure.describe())
+}
+
+// ---------------------------------------------------------------------------------------
+// Outbound HTTP: the fence's added cost
+// ---------------------------------------------------------------------------------------
+
+async fn outbound_section(state: &Arc<dyn StateBackend>, table: &mut Table) -> anyhow::Result<()> {
+    use http_body_util::{BodyExt, Empty};
+    use tenure::catalog::Secrets;
+    use tenure::catalog::capabilities::{AllowedHost, Capabilities};
+    use tenure::runtime::Granted;
+
+    println!("\n== outbound HTTP: direct vs through the fence (GET, fresh connection each) ==");
+    let addr = serve_http()?;
+    let base = format!("http://{addr}");
+    let capabilities = Capabilities {
+        allowed_outbound_hosts: vec![AllowedHost::parse(&base).map_err(anyhow::Error::msg)?],
+        ..Capabilities::default()
+    };
+    let granted = Arc::new(Granted::new(&capabilities, &Secrets::default()));
+    let ctx = Arc::new(
+        Arc::into_inner(context("bench", "outbound", 1, state))
+            .context("the context is shared")?
+            .with_granted(granted),
+    );
+    let request = || {
+        http::Request::builder()
+            .uri(format!("{base}/"))
+            .body(
+                Empty::new()
+                    .map_err(|never: std::convert::Infallible| match never {})
+                    .boxed_unsync(),
+            )
+            .expect("a valid request")
+    };
+    // Sends one request either way and reads the whole response; its duration in µs.
+    let once = |fenced: bool| {
+        let ctx = ctx.clone();
+        let request = request();
+        async move {
+            let began = Instant::now();
+            let (response, connection) = if fenced {
+                let sent = Box::into_pin(tenure::runtime::http::outgoing(ctx, request, None));
+                let (response, connection) = sent.await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                (response, tokio::spawn(Box::into_pin(connection)))
+            } else {
+                let sent = wasmtime_wasi_http::default_send_request(request, None).await;
+                let (response, connection) = sent.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                (response.map(BodyExt::boxed_unsync), tokio::spawn(connection))
+            };
+            let body = response.into_body().collect().await;
+            let took = micros(began.elapsed());
+            ensure!(body.is_ok(), "reading the response failed");
+            connection.abort();
+            anyhow::Ok(took)
+        }
+    };
+    let (mut direct, mut fenced) = (Vec::new(), Vec::new());
+    for round in 0..HTTP_WARMUP + HTTP_ROUNDS {
+        // Alternate which goes first, so neither always follows the other.
+        let (d, f) = if round % 2 == 0 {
+            (once(false).await?, once(true).await?)
+        } else {
+            let f = once(true).await?;
+            (once(false).await?, f)
+        };
+        if round >= HTTP_WARMUP {
+            direct.push(d);
+            fenced.push(f);
+        }
+    }
+    let (direct, fenced) = (Summary::of(direct), Summary::of(fenced));
+    println!("direct              {}", direct.describe("µs", 1));
+    println!("through the fence   {}", fenced.describe("µs", 1));
+    println!(
+        "added (median, p99) {:.1} µs, {:.1} µs",
+        fenced.median - direct.median,
+        fenced.p99 - direct.p99
+    );
+    table.percentiles("HTTP request, direct", &direct, "µs", None);
+    table.percentiles("HTTP request, fenced", &fenced, "µs", None);
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 server on 127.0.0.1 answering every request with `200 ok`, one
+/// thread per connection; its address.
+fn serve_http() -> anyhow::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            thread::spawn(move || {
+                let mut writer = match stream.try_clone() {
+                    Ok(writer) => writer,
+                    Err(_) => return,
+                };
+                let mut reader = BufReader::new(stream);
+                loop {
+                    // A request without a body: its head ends with an empty line.
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        match reader.read_line(&mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if line == "\r\n" => break,
+                            Ok(_) => {}
+                        }
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if writer.write_all(answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
 }
 
 // ---------------------------------------------------------------------------------------

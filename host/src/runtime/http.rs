@@ -54,7 +54,7 @@ pub const SLOT_HEADER: &str = "tenure-slot";
 pub const NODE_HEADER: &str = "tenure-node";
 
 /// A response future as wasmtime-wasi-http wants it back from `send_request`.
-type Sent = Box<
+pub type Sent = Box<
     dyn Future<
             Output = Result<
                 (
@@ -94,11 +94,21 @@ impl WasiHttpHooks for Hooks {
         options: Option<RequestOptions>,
         _response_errors: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Sent {
-        let ctx = self.ctx.clone();
-        match admit(&ctx, request, options.unwrap_or_default(), Instant::now()) {
-            Ok((request, options, target)) => Box::new(send(ctx, request, options, target)),
-            Err(error) => Box::new(async move { Err(error) }),
-        }
+        outgoing(self.ctx.clone(), request, options)
+    }
+}
+
+/// Every outbound request of an instance goes through here: admitted (or refused) at
+/// once, then sent and watched until the instance may no longer act. Public so that the
+/// runtime benchmark can measure exactly this path against a direct send.
+pub fn outgoing(
+    ctx: Arc<InstanceContext>,
+    request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+) -> Sent {
+    match admit(&ctx, request, options.unwrap_or_default(), Instant::now()) {
+        Ok((request, options, target)) => Box::new(send(ctx, request, options, target)),
+        Err(error) => Box::new(async move { Err(error) }),
     }
 }
 
