@@ -330,7 +330,10 @@ async fn outbound_section(state: &Arc<dyn StateBackend>, table: &mut Table) -> a
             } else {
                 let sent = wasmtime_wasi_http::default_send_request(request, None).await;
                 let (response, connection) = sent.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                (response.map(BodyExt::boxed_unsync), tokio::spawn(connection))
+                (
+                    response.map(BodyExt::boxed_unsync),
+                    tokio::spawn(connection),
+                )
             };
             let body = response.into_body().collect().await;
             let took = micros(began.elapsed());

@@ -41,6 +41,12 @@ pub struct Liveness {
 #[derive(Default)]
 struct Terms {
     term: u64,
+    /// Where the clocks of the sessions held before this term start (`handoff.rs`):
+    /// unknown until a majority of voters answered, and nothing expires until then.
+    base: Option<Instant>,
+    /// Whether the sessions present when the base came were given it; sessions first
+    /// seen later start their clock at first sight.
+    seeded: bool,
     /// node → (session, receive time of its last acknowledged renewal).
     last: HashMap<String, (u64, Instant)>,
     /// Sessions decided expired in this term: no renewal of them is acknowledged again.
@@ -67,8 +73,22 @@ impl Liveness {
         true
     }
 
-    /// The sessions whose last renewal is older than `ttl` at `now`. A session seen for
-    /// the first time in this term starts its clock at `now`.
+    /// Sets the base of `term`'s session clocks, learned from a majority of voters.
+    pub fn inherit(&self, term: u64, base: Instant) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.enter(term);
+        inner.base.get_or_insert(base);
+    }
+
+    /// Whether `term`'s base is known.
+    pub fn inherited(&self, term: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.term == term && inner.base.is_some()
+    }
+
+    /// The sessions whose last renewal is older than `ttl` at `now`; none before the
+    /// term's base is known. A session not renewed in this term starts its clock at the
+    /// base if it was there when the base came, else at first sight.
     pub fn expired(
         &self,
         term: u64,
@@ -78,12 +98,17 @@ impl Liveness {
     ) -> Vec<(String, u64)> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.enter(term);
+        let Some(base) = inner.base else {
+            return Vec::new();
+        };
+        let start = if inner.seeded { now } else { base };
+        inner.seeded = true;
         inner
             .last
             .retain(|node, (session, _)| sessions.iter().any(|(n, s)| n == node && s == session));
         let mut expired = Vec::new();
         for (node, session) in sessions {
-            let (_, last) = *inner.last.entry(node.clone()).or_insert((*session, now));
+            let (_, last) = *inner.last.entry(node.clone()).or_insert((*session, start));
             if now.saturating_duration_since(last) >= ttl {
                 expired.push((node.clone(), *session));
             }
@@ -99,9 +124,10 @@ impl Liveness {
 impl Terms {
     fn enter(&mut self, term: u64) {
         if term != self.term {
-            self.term = term;
-            self.last.clear();
-            self.ended.clear();
+            *self = Terms {
+                term,
+                ..Terms::default()
+            };
         }
     }
 }
@@ -113,6 +139,8 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     let mut applied = shared.control.applied();
     let mut seen_leader: Option<(String, u64)> = None;
     let mut planned_at: Option<(u64, Instant)> = None;
+    // The lease handoff's question to the voters, for the term it was asked in.
+    let mut handoff: Option<(u64, tokio::task::JoinHandle<()>)> = None;
     let options = placement::Options::default();
     loop {
         tokio::select! {
@@ -131,6 +159,30 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
         if !shared.control.is_leader() {
             planned_at = None;
             continue;
+        }
+        if !liveness.inherited(term)
+            && handoff
+                .as_ref()
+                .is_none_or(|(t, task)| *t != term || task.is_finished())
+        {
+            let (shared, liveness) = (shared.clone(), liveness.clone());
+            handoff = Some((
+                term,
+                tokio::spawn(async move {
+                    if let Some(base) = super::handoff::inherit(shared, term).await {
+                        tracing::info!(
+                            event = events::LEASE_INHERITED,
+                            term,
+                            base_ms_ago = base.elapsed().as_millis() as u64,
+                            "the session clocks of term {term} start {} ago, learned from a majority of voters",
+                            humantime::format_duration(Duration::from_millis(
+                                base.elapsed().as_millis() as u64
+                            ))
+                        );
+                        liveness.inherit(term, base);
+                    }
+                }),
+            ));
         }
 
         let now = Instant::now();
@@ -199,6 +251,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &sessions, t0 + ms(999), ttl).is_empty());
         assert!(live.renewed(1, "a", 5, t0 + ms(500)));
@@ -207,16 +260,56 @@ mod tests {
     }
 
     #[test]
-    fn a_new_term_gives_every_session_a_full_ttl() {
+    fn a_new_term_expires_nothing_until_it_inherits_a_base_then_counts_from_it() {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5), ("b".to_owned(), 6)];
         assert!(live.renewed(1, "a", 5, t0));
-        // Term 2 begins long after a's last renewal in term 1: a is not expired at once.
+        // Term 2 begins long after a's last renewal in term 1: without the voters'
+        // answers nothing expires, however late.
         let later = t0 + ms(5000);
         assert!(live.expired(2, &sessions, later, ttl).is_empty());
-        assert_eq!(live.expired(2, &sessions, later + ms(1000), ttl).len(), 2);
+        assert!(live.expired(2, &sessions, later + ms(9000), ttl).is_empty());
+        assert!(!live.inherited(2));
+        // The voters last heard the old leader 300 ms before `later`.
+        live.inherit(2, later - ms(300));
+        assert!(live.inherited(2));
+        assert!(!live.inherited(3));
+        // A renewal in term 2 moves its session's clock on; the other counts from the base.
+        assert!(live.renewed(2, "b", 6, later + ms(100)));
+        assert!(live.expired(2, &sessions, later + ms(699), ttl).is_empty());
+        assert_eq!(
+            live.expired(2, &sessions, later + ms(700), ttl),
+            [("a".to_owned(), 5)]
+        );
+        assert_eq!(
+            live.expired(2, &sessions, later + ms(1100), ttl),
+            [("a".to_owned(), 5), ("b".to_owned(), 6)]
+        );
+        // A later base does not replace the first.
+        live.inherit(2, later + ms(5000));
+        assert_eq!(live.expired(2, &sessions, later + ms(1100), ttl).len(), 2);
+    }
+
+    #[test]
+    fn a_session_first_seen_after_the_base_came_counts_from_first_sight() {
+        let live = Liveness::default();
+        let t0 = Instant::now();
+        let ttl = ms(1000);
+        live.inherit(2, t0);
+        assert!(
+            live.expired(2, &[("a".into(), 5)], t0 + ms(10), ttl)
+                .is_empty()
+        );
+        // b opened its session in this term, long after the base.
+        let both = [("a".to_owned(), 5), ("b".to_owned(), 7)];
+        assert_eq!(
+            live.expired(2, &both, t0 + ms(1500), ttl),
+            [("a".to_owned(), 5)]
+        );
+        assert!(live.expired(2, &both[1..], t0 + ms(2499), ttl).is_empty());
+        assert_eq!(live.expired(2, &both[1..], t0 + ms(2500), ttl).len(), 1);
     }
 
     #[test]
@@ -225,6 +318,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
         assert_eq!(live.expired(1, &sessions, t0 + ms(1000), ttl), sessions);
         // A renewal that arrived before the decision but is answered after it is refused.
@@ -239,7 +333,10 @@ mod tests {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
+        assert!(live.expired(1, &[("a".into(), 5)], t0, ttl).is_empty());
+        // a's session 5 is replaced by 9, first seen now: its clock starts now.
         assert!(
             live.expired(1, &[("a".into(), 9)], t0 + ms(1500), ttl)
                 .is_empty()

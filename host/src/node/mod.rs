@@ -19,6 +19,7 @@
 mod admin;
 mod adverts;
 mod grants;
+mod handoff;
 mod leader;
 mod owner;
 mod plugins;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::handoff;
 use super::leader::Liveness;
 use super::shared::{Shared, now_ms};
 use crate::cluster::{Command, Response};
@@ -216,6 +217,8 @@ pub async fn answer(
         .ensure_leadership()
         .await
         .map_err(|e| e.to_string())?;
+    // A quorum heard this leader after the renewal arrived: the handoff's record.
+    shared.control.confirmed_leadership(term);
     let current = shared.read(|c| {
         c.members
             .get(node)
@@ -228,7 +231,8 @@ pub async fn answer(
     Ok(Renewed::Ok)
 }
 
-/// The node's own signed-call kinds (renewals), served beside Raft's.
+/// The node's own signed-call kinds (renewals, the lease handoff's question), served
+/// beside Raft's.
 pub struct Renewals {
     node: std::sync::OnceLock<(Arc<Shared>, Arc<Liveness>)>,
 }
@@ -257,14 +261,22 @@ impl crate::rpc::Service for Renewals {
         let caller = from.identity.name.clone();
         Box::pin(async move {
             let (shared, liveness) = node.ok_or_else(|| "the node is starting".to_owned())?;
-            if kind != RENEW {
-                return Err(format!("unknown message kind {kind}"));
+            match kind {
+                RENEW => {
+                    let renew: Renew =
+                        postcard::from_bytes(&payload).map_err(|e| format!("bad renewal: {e}"))?;
+                    // The caller is authenticated: a node renews only its own session.
+                    let answer = answer(&shared, &liveness, &caller, renew.session).await?;
+                    postcard::to_allocvec(&answer).map_err(|e| e.to_string())
+                }
+                handoff::LEADER_HEARD => {
+                    let ask: handoff::Ask =
+                        postcard::from_bytes(&payload).map_err(|e| format!("bad question: {e}"))?;
+                    let heard = handoff::answer(&shared, ask.term).await?;
+                    postcard::to_allocvec(&heard).map_err(|e| e.to_string())
+                }
+                _ => Err(format!("unknown message kind {kind}")),
             }
-            let renew: Renew =
-                postcard::from_bytes(&payload).map_err(|e| format!("bad renewal: {e}"))?;
-            // The caller is authenticated: a node renews only its own session.
-            let answer = answer(&shared, &liveness, &caller, renew.session).await?;
-            postcard::to_allocvec(&answer).map_err(|e| e.to_string())
         })
     }
 }

@@ -46,6 +46,7 @@
 
 mod db;
 mod error;
+mod heard;
 mod kinds;
 mod link;
 mod log_store;
@@ -245,6 +246,9 @@ pub(crate) struct Shared {
     applied: watch::Receiver<u64>,
     /// Counts AppendEntries received: a leader has reached this node (`rejoin.rs`).
     appends: watch::Sender<u64>,
+    /// When a leader of each recent term was last heard: the voter's half of the lease
+    /// handoff (`heard.rs`).
+    heard: heard::Heard,
 }
 
 impl Control {
@@ -284,6 +288,7 @@ impl Control {
             cluster,
             applied,
             appends: watch::Sender::new(0),
+            heard: heard::Heard::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -402,6 +407,18 @@ impl Control {
     /// The current term.
     pub fn term(&self) -> u64 {
         self.shared.metrics.borrow().current_term
+    }
+
+    /// Records that this node, as leader of `term`, has just confirmed its leadership
+    /// with a quorum (before acknowledging a renewal): it heard a leader then.
+    pub fn confirmed_leadership(&self, term: u64) {
+        self.shared.heard.record(term, Instant::now());
+    }
+
+    /// How long ago this node last heard a leader of a term below `term` (accepted its
+    /// append, or was it and confirmed a quorum); `None` if it has not since it started.
+    pub fn since_leader_below(&self, term: u64) -> Option<Duration> {
+        self.shared.heard.since_below(term, Instant::now())
     }
 
     /// Whether this node is the leader (as far as it knows: see

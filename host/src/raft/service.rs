@@ -22,8 +22,8 @@ use serde::de::DeserializeOwned;
 use super::Shared;
 use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
 use super::types::{
-    AppendEntriesRequest, Fatal, InstallSnapshotRequest, NodeId, Peer, RaftError, VoteRequest,
-    node_id,
+    AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
+    RaftError, VoteRequest, node_id,
 };
 use crate::cluster::Command;
 use crate::rpc::Service;
@@ -71,7 +71,12 @@ impl Shared {
                 let request: AppendEntriesRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
+                let term = request.vote.leader_id().get_term();
                 let answer = self.raft.append_entries(request).await.map_err(fatal);
+                // Accepted as leader of its term (a conflict too): heard, for the handoff.
+                if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                    self.heard.record(term, std::time::Instant::now());
+                }
                 encode(&answer)
             }
             VOTE => {

@@ -1,0 +1,139 @@
+//! The lease handoff: a new leader starts the session clocks of its term where the old
+//! leader could last have acknowledged a renewal, learned from a majority of voters,
+//! instead of at its own election. Losing the leader then costs about what losing any
+//! owner costs (the owner's lease runs out on schedule), not election + a full TTL.
+//!
+//! **The argument.** Safety needs: the new leader L2 expires a session only after its
+//! owner's deadline D. Take the owner's last renewal acknowledged by the old leader L1,
+//! received by L1 at time a. Its D ≤ a + T − m (the owner counts from its send time,
+//! which is earlier). L1 acknowledged only after a heartbeat round that began after a
+//! (`session::answer`), so a quorum Q of voters accepted an append from L1 at or after a,
+//! or, for L1 itself, confirmed its leadership then (`raft/heard.rs` records both).
+//! 1. *Intersection.* L2 asks every voter "how long since you last heard a leader of a
+//!    term below mine?" and waits for a majority M (itself included). M and Q intersect,
+//!    so some voter w in M heard L1 at h_w ≥ a.
+//! 2. *Answer only after adopting the new term.* A voter answers only once its own term
+//!    is at least L2's, so it refuses L1's appends from then on: nothing it hears from L1
+//!    after its answer can exist, and no quorum L1 completes later can avoid a voter of
+//!    M, whose answer covers it. (A voter that restarted since has no record and answers
+//!    "just now", the most cautious answer.)
+//! 3. *Conversion that errs late.* w answered elapsed e_w at its time s_w = h_w + e_w;
+//!    L2 received the answer at r_w ≥ s_w, so r_w − e_w ≥ h_w ≥ a. The elapsed time is
+//!    first shrunk by the clock-rate margin (1/20, as m = T/20), so a voter whose clock
+//!    runs fast cannot move the estimate early.
+//!
+//! L2 takes base = the latest r_v − e_v over M and starts the clock of every session it
+//! has not seen renewed in its term at base (so expires it at base + T ≥ a + T > D).
+//! Until it has a majority of answers it expires nothing. A session opened after that
+//! starts its clock at first sight, as before.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+use super::shared::Shared;
+
+/// The message kind of the question (see `crate::raft` for the numbering).
+pub const LEADER_HEARD: u16 = 21;
+
+/// The test-only switch of the deliberately broken handoff: the base is taken a whole TTL
+/// earlier than the answers allow. The fault checker must catch it.
+pub const UNSAFE_EARLY_HANDOFF: &str = "TENURE_UNSAFE_EARLY_HANDOFF";
+
+/// "How long since you last heard a leader of a term below `term`?"
+#[derive(Serialize, Deserialize)]
+pub struct Ask {
+    pub term: u64,
+}
+
+/// The answer: microseconds, or `None` if the voter has heard none since it started.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Heard {
+    pub elapsed_us: Option<u64>,
+}
+
+/// The voter's side: answers once this node's term is at least the asker's.
+pub async fn answer(shared: &Shared, term: u64) -> Result<Heard, String> {
+    let mut metrics = shared.control.metrics();
+    let bound = shared.timing.ttl * 2;
+    tokio::time::timeout(bound, metrics.wait_for(|m| m.current_term >= term))
+        .await
+        .map_err(|_| format!("this node has not reached term {term}"))?
+        .map_err(|_| "the control plane stopped".to_owned())?;
+    let elapsed = shared.control.since_leader_below(term);
+    Ok(Heard {
+        elapsed_us: elapsed.map(|e| e.as_micros().try_into().unwrap_or(u64::MAX)),
+    })
+}
+
+/// The leader's side: asks every voter of the membership and returns the base of its
+/// term's session clocks once a majority answered; `None` if it stopped being the leader
+/// of `term` first.
+pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
+    let voters = shared.control.members().voters;
+    let majority = voters.len() / 2 + 1;
+    let mut asks = JoinSet::new();
+    for (name, addr) in voters {
+        let shared = shared.clone();
+        asks.spawn(async move {
+            loop {
+                if shared.control.term() != term || !shared.control.is_leader() {
+                    return None;
+                }
+                match ask(&shared, &name, &addr, term).await {
+                    Ok(base) => return Some(base),
+                    Err(error) => {
+                        tracing::debug!(voter = %name, %error, "lease handoff: no answer yet");
+                        tokio::time::sleep(shared.timing.renew_every()).await;
+                    }
+                }
+            }
+        });
+    }
+    let mut bases = Vec::new();
+    while let Some(joined) = asks.join_next().await {
+        match joined {
+            Ok(Some(base)) => bases.push(base),
+            _ => return None,
+        }
+        if bases.len() >= majority {
+            break;
+        }
+    }
+    let base = bases.into_iter().max()?;
+    if std::env::var_os(UNSAFE_EARLY_HANDOFF).is_some() {
+        return base.checked_sub(shared.timing.ttl).or(Some(base));
+    }
+    Some(base)
+}
+
+/// One voter's answer as a time on this node's clock: when it last heard a leader of an
+/// older term, erring late.
+async fn ask(shared: &Shared, name: &str, addr: &str, term: u64) -> Result<Instant, String> {
+    let heard = if name == shared.me {
+        answer(shared, term).await?
+    } else {
+        let addr = tokio::net::lookup_host(addr)
+            .await
+            .map_err(|e| format!("{addr}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{addr}: no address"))?;
+        let payload = postcard::to_allocvec(&Ask { term }).map_err(|e| e.to_string())?;
+        let call = shared.rpc().call(name, addr, LEADER_HEARD, payload);
+        let reply = tokio::time::timeout(shared.timing.ttl * 3, call)
+            .await
+            .map_err(|_| "timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        postcard::from_bytes::<Heard>(&reply).map_err(|e| format!("bad answer: {e}"))?
+    };
+    let received = Instant::now();
+    Ok(match heard.elapsed_us {
+        // Shrunk by the clock-rate margin: an overestimate would move the base early.
+        Some(us) => received
+            .checked_sub(Duration::from_micros(us - us / 20))
+            .unwrap_or(received),
+        None => received,
+    })
+}
