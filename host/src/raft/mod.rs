@@ -61,6 +61,8 @@ mod types;
 #[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
+mod decode_proptests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
