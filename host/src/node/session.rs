@@ -190,7 +190,7 @@ async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Ren
         .call(&leader, addr, RENEW, payload)
         .await
         .map_err(|e| e.to_string())?;
-    postcard::from_bytes(&reply).map_err(|e| format!("bad renewal answer: {e}"))
+    crate::rpc::decode(&reply).map_err(|e| format!("bad renewal answer: {e}"))
 }
 
 /// The leader's side of a renewal from `node`.
@@ -261,7 +261,7 @@ impl crate::rpc::Service for Renewals {
                 return Err(format!("unknown message kind {kind}"));
             }
             let renew: Renew =
-                postcard::from_bytes(&payload).map_err(|e| format!("bad renewal: {e}"))?;
+                crate::rpc::decode(&payload).map_err(|e| format!("bad renewal: {e}"))?;
             // The caller is authenticated: a node renews only its own session.
             let answer = answer(&shared, &liveness, &caller, renew.session).await?;
             postcard::to_allocvec(&answer).map_err(|e| e.to_string())

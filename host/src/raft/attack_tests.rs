@@ -5,10 +5,11 @@
 
 use openraft::{CommittedLeaderId, LogId};
 
+use super::network;
 use super::tests::{Group, join_command, last_applied};
 use super::types::{
-    InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftError, SnapshotMeta,
-    StoredMembership, Vote,
+    AppendEntriesResponse, Fatal, InstallSnapshotError, InstallSnapshotRequest,
+    InstallSnapshotResponse, RaftError, SnapshotMeta, StoredMembership, Vote,
 };
 use super::*;
 use crate::cluster::{Command, Proposal};
@@ -183,4 +184,47 @@ async fn a_forwarded_proposal_over_the_size_bound_is_refused() {
         other => panic!("an oversized forwarded proposal must be refused, got {other:?}"),
     }
     group.shutdown().await;
+}
+
+/// A follower's answer to AppendEntries: a storage error whose `anyerror::AnyError` has a
+/// `source` nested `depth` deep (`Option<Box<AnyError>>`: three bytes a level).
+pub(super) fn nested_error_answer(depth: usize) -> Vec<u8> {
+    use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
+    let io = StorageIOError::<NodeId>::new(
+        ErrorSubject::Store,
+        ErrorVerb::Read,
+        AnyError::error("MARK"),
+    );
+    let answer: Result<AppendEntriesResponse, Fatal> = Err(Fatal::StorageError(io.into()));
+    let mut bytes = postcard::to_allocvec(&answer).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"MARK").unwrap() + 4;
+    assert_eq!(bytes[at], 0, "the source: None");
+    bytes[at] = 1;
+    // Levels 1 to depth - 1: no type, an empty message, a source; the last one none;
+    // then each level's empty context and no backtrace.
+    let mut chain = [0u8, 0, 1].repeat(depth - 1);
+    chain.extend([0, 0, 0]);
+    chain.extend([0u8, 0].repeat(depth));
+    bytes.splice(at + 1..at + 1, chain);
+    bytes
+}
+
+#[test]
+fn a_deeply_nested_error_in_a_raft_answer_is_refused() {
+    let bytes = nested_error_answer(100_000);
+    // On a stack the size of a tokio worker's, where the leader reads the answer.
+    let decoded = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || network::read_answer::<AppendEntriesResponse, Fatal>(&bytes).map(|_| ()))
+        .unwrap()
+        .join()
+        .unwrap();
+    let error = decoded.expect_err("a nested error is refused unread");
+    assert!(error.contains("nested"), "{error}");
+    // A shallow one still reads.
+    let shallow = nested_error_answer(3);
+    assert!(matches!(
+        network::read_answer::<AppendEntriesResponse, Fatal>(&shallow),
+        Ok(Err(Fatal::StorageError(_)))
+    ));
 }

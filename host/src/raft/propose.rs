@@ -156,7 +156,7 @@ impl Shared {
             }
         };
         match answer {
-            Ok(bytes) => match postcard::from_bytes::<ProposeReply>(&bytes) {
+            Ok(bytes) => match crate::rpc::decode::<ProposeReply>(&bytes) {
                 Ok(ProposeReply::Applied { response, index }) => {
                     Attempt::Done(self.applied_here(index, deadline).await.map(|()| response))
                 }

@@ -134,9 +134,9 @@ fn check_sender(from: &str, claimed: Option<NodeId>, what: &str) -> Result<(), S
 }
 
 /// Decodes a request's payload. The transport has bounded its size; postcard allocates
-/// in proportion to the bytes it reads, and no control plane type nests itself.
+/// in proportion to the bytes it reads; [`crate::rpc::decode`] bounds the nesting.
 pub(super) fn decode<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
-    postcard::from_bytes(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
+    crate::rpc::decode(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
 }
 
 fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {
