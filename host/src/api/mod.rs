@@ -118,7 +118,7 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 
 /// Decodes an admin request, with a message a mismatched client understands.
 pub(crate) fn decode_request(body: &[u8]) -> Result<AdminRequest, String> {
-    postcard::from_bytes(body).map_err(|e| {
+    crate::rpc::decode(body).map_err(|e| {
         format!(
             "cannot decode the admin request ({e}): is the tenure command older or newer \
              than this node?"
@@ -128,7 +128,7 @@ pub(crate) fn decode_request(body: &[u8]) -> Result<AdminRequest, String> {
 
 /// Decodes an admin response.
 pub(crate) fn decode_response(body: &[u8]) -> Result<AdminResponse, String> {
-    postcard::from_bytes(body).map_err(|e| {
+    crate::rpc::decode(body).map_err(|e| {
         format!(
             "cannot decode the node's answer ({e}): is the tenure command older or newer \
              than the node?"

@@ -6,6 +6,20 @@ use super::state::*;
 use crate::runtime::MAX_STATE_BYTES;
 
 impl Cluster {
+    /// Applies a log entry's `proposal`, committed at log `index` in Raft `term`: its
+    /// commands one after the other, each answered.
+    pub fn apply_proposal(&mut self, index: u64, term: u64, proposal: Proposal) -> Outcome {
+        match proposal {
+            Proposal::One(command) => Outcome::One(self.apply(index, term, command)),
+            Proposal::Batch(commands) => Outcome::Batch(
+                commands
+                    .into_iter()
+                    .map(|c| self.apply(index, term, c))
+                    .collect(),
+            ),
+        }
+    }
+
     /// Applies `command`, committed at log `index` in Raft `term`, and answers it.
     pub fn apply(&mut self, index: u64, term: u64, command: Command) -> Response {
         match command {
@@ -258,12 +272,6 @@ impl Cluster {
                 self.revoked.insert(fingerprint);
                 Response::Done
             }
-            Command::Batch(commands) => Response::Batch(
-                commands
-                    .into_iter()
-                    .map(|c| self.apply(index, term, c))
-                    .collect(),
-            ),
         }
     }
 
@@ -732,7 +740,11 @@ mod tests {
                 at_ms: 0,
             })
             .collect();
-        let Response::Batch(answers) = log.apply(Command::Batch(commands)) else {
+        log.index += 1;
+        let Outcome::Batch(answers) =
+            log.cluster
+                .apply_proposal(log.index, 1, Proposal::Batch(commands))
+        else {
             panic!()
         };
         assert!(

@@ -151,7 +151,29 @@ pub enum HistoryKind {
     Expired,
 }
 
-/// A change to the cluster state: one Raft log entry (or part of a [`Command::Batch`]).
+/// What one Raft log entry carries: one command, or several applied in order.
+///
+/// A batch holds plain [`Command`]s, never another batch. The types have no recursion, so
+/// decoding an entry (from a peer's PROPOSE, the log, a snapshot or replication) and
+/// applying it take a bounded stack whatever the bytes say. When `Command` could hold
+/// itself, a PROPOSE of a few thousand nested batches overflowed the stack while decoding
+/// and aborted the node, and a shallower one overflowed `apply` on every node, again at
+/// each restart's replay (issue 13).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Proposal {
+    One(Command),
+    Batch(Vec<Command>),
+}
+
+/// The answer to a [`Proposal`], once applied: one [`Response`] per command, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    One(Response),
+    Batch(Vec<Response>),
+}
+
+/// A change to the cluster state: one Raft log entry (a [`Proposal::One`]) or part of a
+/// [`Proposal::Batch`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Adds a member or updates its address and labels.
@@ -244,8 +266,6 @@ pub enum Command {
     SetDraining { node: String, draining: bool },
     /// Revokes a certificate by fingerprint.
     Revoke { fingerprint: String },
-    /// Several commands in one log entry, applied in order (each answered separately).
-    Batch(Vec<Command>),
 }
 
 /// The answer to a command, once applied.
@@ -263,7 +283,6 @@ pub enum Response {
     Stale,
     /// The command does not apply to the current state; the message says why.
     Refused(String),
-    Batch(Vec<Response>),
 }
 
 impl Handover {

@@ -126,7 +126,7 @@ async fn ask(shared: &Shared, name: &str, addr: &str, term: u64) -> Result<Insta
             .await
             .map_err(|_| "timed out".to_owned())?
             .map_err(|e| e.to_string())?;
-        postcard::from_bytes::<Heard>(&reply).map_err(|e| format!("bad answer: {e}"))?
+        crate::rpc::decode::<Heard>(&reply).map_err(|e| format!("bad answer: {e}"))?
     };
     let received = Instant::now();
     Ok(match heard.elapsed_us {

@@ -204,16 +204,13 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
                     at_ms,
                 })
                 .collect();
-            match shared.propose(Command::Batch(commands)).await {
-                Ok(Response::Batch(answers)) => {
+            match shared.propose_batch(commands).await {
+                Ok(answers) => {
                     for ((node, session), answer) in expired.iter().zip(answers) {
                         if answer == Response::Done {
                             tracing::warn!(event = events::SESSION_EXPIRED, node = %node, session, "session of {node} expired: no renewal for {}", humantime::format_duration(ttl));
                         }
                     }
-                }
-                Ok(other) => {
-                    tracing::warn!(event = events::CONTROL_ERROR, answer = ?other, "unexpected answer to session expiry")
                 }
                 Err(error) => {
                     tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot expire sessions")
@@ -229,7 +226,7 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
         planned_at = Some((index, Instant::now()));
         let plan = shared.read(|c| placement::plan(c, now_ms(), &options));
         for chunk in plan.commands.chunks(BATCH) {
-            if let Err(error) = shared.propose(Command::Batch(chunk.to_vec())).await {
+            if let Err(error) = shared.propose_batch(chunk.to_vec()).await {
                 tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot carry out the placement plan");
                 break;
             }

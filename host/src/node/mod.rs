@@ -347,8 +347,7 @@ async fn hand_over_all(shared: &Arc<Shared>, owner: &Owner) {
             }
         }
     });
-    let committed =
-        tokio::time::timeout(SHUTDOWN_COMMIT, shared.propose(Command::Batch(commands))).await;
+    let committed = tokio::time::timeout(SHUTDOWN_COMMIT, shared.propose_batch(commands)).await;
     if !matches!(committed, Ok(Ok(_))) {
         tracing::warn!(
             event = events::CONTROL_ERROR,

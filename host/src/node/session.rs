@@ -191,7 +191,7 @@ async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Ren
         .call(&leader, addr, RENEW, payload)
         .await
         .map_err(|e| e.to_string())?;
-    postcard::from_bytes(&reply).map_err(|e| format!("bad renewal answer: {e}"))
+    crate::rpc::decode(&reply).map_err(|e| format!("bad renewal answer: {e}"))
 }
 
 /// The leader's side of a renewal from `node`.
@@ -264,14 +264,14 @@ impl crate::rpc::Service for Renewals {
             match kind {
                 RENEW => {
                     let renew: Renew =
-                        postcard::from_bytes(&payload).map_err(|e| format!("bad renewal: {e}"))?;
+                        crate::rpc::decode(&payload).map_err(|e| format!("bad renewal: {e}"))?;
                     // The caller is authenticated: a node renews only its own session.
                     let answer = answer(&shared, &liveness, &caller, renew.session).await?;
                     postcard::to_allocvec(&answer).map_err(|e| e.to_string())
                 }
                 handoff::LEADER_HEARD => {
                     let ask: handoff::Ask =
-                        postcard::from_bytes(&payload).map_err(|e| format!("bad question: {e}"))?;
+                        crate::rpc::decode(&payload).map_err(|e| format!("bad question: {e}"))?;
                     let heard = handoff::answer(&shared, ask.term).await?;
                     postcard::to_allocvec(&heard).map_err(|e| e.to_string())
                 }

@@ -63,6 +63,14 @@ impl Shared {
             .map_err(|e| e.to_string())
     }
 
+    /// Proposes several commands as one log entry; one answer per command, in order.
+    pub async fn propose_batch(&self, commands: Vec<Command>) -> Result<Vec<Response>, String> {
+        self.control
+            .propose_batch(commands)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Reads the local replica of the cluster state.
     pub fn read<T>(&self, f: impl FnOnce(&Cluster) -> T) -> T {
         let state = self.control.state();

@@ -21,7 +21,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use super::types::Peer;
-use crate::cluster::Response;
+use crate::cluster::Outcome;
 
 /// Raft AppendEntries (also the heartbeat): `AppendEntriesRequest` →
 /// `Result<AppendEntriesResponse, Fatal>`.
@@ -31,7 +31,8 @@ pub const VOTE: u16 = 2;
 /// Raft InstallSnapshot, one chunk: `InstallSnapshotRequest` →
 /// `Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>`.
 pub const INSTALL_SNAPSHOT: u16 = 3;
-/// A [`crate::cluster::Command`] for the leader to commit → [`ProposeReply`].
+/// A [`crate::cluster::Proposal`] for the leader to commit → [`ProposeReply`]. The
+/// leader refuses a payload over `ControlOptions::max_command` unread.
 pub const PROPOSE: u16 = 10;
 /// A node asks to join: [`Peer`] (its name and the address to dial it at) →
 /// [`JoinReply`]. Received by a non-leader, it is forwarded once to the leader.
@@ -52,7 +53,7 @@ pub(crate) fn is_control(kind: u16) -> bool {
 pub enum ProposeReply {
     /// Committed and applied on the leader, at log `index`; the state machine's answer.
     /// The proposer waits until its own replica has applied `index` too.
-    Applied { response: Response, index: u64 },
+    Applied { response: Outcome, index: u64 },
     /// The receiver is not the leader, and did not append the command. `leader` is the
     /// one it knows of, if any.
     NotLeader { leader: Option<Peer> },

@@ -51,7 +51,7 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
         for (name, addr) in via.iter().filter(|(name, _)| *name != shared.name) {
             let outcome = match resolve(addr).await {
                 Ok(sock) => match attached.rpc.call(name, sock, JOIN, body.clone()).await {
-                    Ok(bytes) => postcard::from_bytes::<JoinReply>(&bytes)
+                    Ok(bytes) => crate::rpc::decode::<JoinReply>(&bytes)
                         .map_err(|e| format!("unreadable answer: {e}")),
                     Err(e) => Err(e.to_string()),
                 },
@@ -120,7 +120,7 @@ impl Shared {
                         .call(&to.name, addr, JOIN, body)
                         .await
                         .map_err(|e| e.to_string())?;
-                    postcard::from_bytes::<JoinReply>(&bytes).map_err(|e| e.to_string())
+                    crate::rpc::decode::<JoinReply>(&bytes).map_err(|e| e.to_string())
                 };
                 match reply.await {
                     Ok(reply) => reply,

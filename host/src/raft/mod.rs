@@ -55,9 +55,14 @@ mod network;
 mod propose;
 mod rejoin;
 mod service;
+mod snapshot_data;
 mod state_machine;
 mod types;
 
+#[cfg(test)]
+mod attack_tests;
+#[cfg(test)]
+mod decode_proptests;
 #[cfg(test)]
 mod tests;
 
@@ -78,7 +83,7 @@ pub use kinds::{
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 
-use crate::cluster::{Cluster, Command, Response};
+use crate::cluster::{Cluster, Command, Outcome, Proposal, Response};
 use crate::rpc::{Rpc, Service};
 use log_store::LogStore;
 use network::{Attached, Endpoint, Network};
@@ -129,6 +134,13 @@ pub struct ControlOptions {
     /// limit with room for the envelope). Snapshot chunks and replication batches are
     /// half of it; a command may be a quarter.
     pub max_payload: usize,
+    /// The largest snapshot this node receives from a leader (default 1 GiB); chunks past
+    /// it, or out of order, are refused (`snapshot_data.rs`). A snapshot is the whole
+    /// [`Cluster`] in postcard, held in memory on every node; plugin state, at most
+    /// 64 KiB per resource, dominates it, so 1 GiB is some 16,000 resources at the largest
+    /// state each: far above what one in-memory state is meant to carry, while still a
+    /// bound on what a peer can make this node hold.
+    pub max_snapshot: usize,
 }
 
 impl ControlOptions {
@@ -147,6 +159,7 @@ impl ControlOptions {
             join_catch_up: Duration::from_secs(2),
             join_timeout: Duration::from_secs(30),
             max_payload: (1 << 20) - (16 << 10),
+            max_snapshot: 1 << 30,
         }
     }
 
@@ -263,9 +276,11 @@ impl Control {
         options.validate()?;
         let config = options.raft_config()?;
         let db = db::open(&options.data_dir).await?;
-        let sm = StateMachine::open(db.clone()).map_err(|e| ControlError::Storage {
-            path: db::path(&options.data_dir),
-            reason: e.to_string(),
+        let sm = StateMachine::open(db.clone(), options.max_snapshot).map_err(|e| {
+            ControlError::Storage {
+                path: db::path(&options.data_dir),
+                reason: e.to_string(),
+            }
         })?;
         let cluster = sm.cluster();
         let applied = sm.applied_index();
@@ -386,7 +401,27 @@ impl Control {
     /// leads, else through the leader (forwarded, and retried across leader changes for
     /// up to `propose_timeout` while it certainly was not applied).
     pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
-        self.shared.propose(command).await
+        match self.shared.propose(Proposal::One(command)).await? {
+            Outcome::One(response) => Ok(response),
+            Outcome::Batch(_) => Err(ProposeError::Unknown(
+                "a single command was answered as a batch".into(),
+            )),
+        }
+    }
+
+    /// Commits `commands` as one log entry, applied in order, and returns one answer per
+    /// command; otherwise as [`Control::propose`]. The batch must fit the same size bound
+    /// as one command.
+    pub async fn propose_batch(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<Vec<Response>, ProposeError> {
+        match self.shared.propose(Proposal::Batch(commands)).await? {
+            Outcome::Batch(responses) => Ok(responses),
+            Outcome::One(_) => Err(ProposeError::Unknown(
+                "a batch was answered as a single command".into(),
+            )),
+        }
     }
 
     /// The applied cluster state. Hold the lock briefly: applying waits for it.

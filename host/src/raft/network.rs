@@ -205,7 +205,7 @@ impl Client {
             .call(kind, body, ttl)
             .await
             .map_err(|f| self.failed(f, action))?;
-        let reply: Result<T, W> = postcard::from_bytes(&answer).map_err(|e| {
+        let reply: Result<T, W> = read_answer(&answer).map_err(|e| {
             self.failed(
                 Failure::Network(format!("unreadable {action} answer: {e}")),
                 action,
@@ -232,6 +232,14 @@ impl Client {
             }),
         }
     }
+}
+
+/// Decodes a peer's answer to a Raft message: openraft's response, or its error. The
+/// nesting limit matters here: openraft's errors carry `AnyError`, which nests itself.
+pub(super) fn read_answer<T: DeserializeOwned, W: DeserializeOwned>(
+    answer: &[u8],
+) -> Result<Result<T, W>, String> {
+    rpc::decode(answer).map_err(|e| e.to_string())
 }
 
 /// One call, run to the transport's own bounds; records whether the peer was reached.

@@ -15,8 +15,11 @@
 //! [`ProposeError::Unknown`], and the caller decides (re-read the state, or resend a
 //! command that is safe to repeat).
 //!
-//! Commands larger than a quarter of the Raft message limit are refused up front, so
-//! every entry fits a replication message on its own.
+//! Proposals larger than a quarter of the Raft message limit are refused up front, so
+//! every entry fits a replication message on its own. The leader applies the same bound
+//! to the PROPOSE payloads it is sent (`service.rs`), before decoding them: a follower's
+//! check is its own business, and an entry near the message limit would stall
+//! replication for everyone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +31,7 @@ use super::error::ProposeError;
 use super::kinds::{PROPOSE, ProposeReply};
 use super::network::resolve;
 use super::types::{ClientWriteError, Peer};
-use crate::cluster::{Command, Response};
+use crate::cluster::{Outcome, Proposal};
 use crate::rpc::RpcError;
 use crate::transport::TransportError;
 
@@ -36,16 +39,16 @@ use crate::transport::TransportError;
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
 const MAX_RETRY_WAIT: Duration = Duration::from_millis(500);
 
-/// One attempt's outcome.
+/// One attempt's result.
 enum Attempt {
-    Done(Result<Response, ProposeError>),
+    Done(Result<Outcome, ProposeError>),
     /// Certainly not appended; try again (after a leader change or a short wait).
     Retry(String),
 }
 
 impl Shared {
     /// See [`super::Control::propose`].
-    pub(crate) async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+    pub(crate) async fn propose(&self, command: Proposal) -> Result<Outcome, ProposeError> {
         let max = self.options.max_command();
         let len = postcard::experimental::serialized_size(&command)
             .map_err(|e| ProposeError::Refused(format!("cannot encode the command: {e}")))?;
@@ -86,7 +89,7 @@ impl Shared {
     }
 
     /// Commits on this node, the leader.
-    async fn write_locally(&self, command: &Command, deadline: Instant) -> Attempt {
+    async fn write_locally(&self, command: &Proposal, deadline: Instant) -> Attempt {
         let write = self.raft.client_write(command.clone());
         match tokio::time::timeout_at(deadline.into(), write).await {
             Ok(Ok(written)) => Attempt::Done(Ok(written.data)),
@@ -106,7 +109,7 @@ impl Shared {
     }
 
     /// Sends the command to `leader`.
-    async fn forward(&self, leader: &Peer, command: &Command, deadline: Instant) -> Attempt {
+    async fn forward(&self, leader: &Peer, command: &Proposal, deadline: Instant) -> Attempt {
         let Some(attached) = self.endpoint.get() else {
             return Attempt::Done(Err(ProposeError::Stopped(
                 "the RPC endpoint is not attached".into(),
@@ -153,7 +156,7 @@ impl Shared {
             }
         };
         match answer {
-            Ok(bytes) => match postcard::from_bytes::<ProposeReply>(&bytes) {
+            Ok(bytes) => match crate::rpc::decode::<ProposeReply>(&bytes) {
                 Ok(ProposeReply::Applied { response, index }) => {
                     Attempt::Done(self.applied_here(index, deadline).await.map(|()| response))
                 }
@@ -197,7 +200,7 @@ impl Shared {
     pub(crate) async fn serve_propose(
         self: &Arc<Self>,
         from: &str,
-        command: Command,
+        command: Proposal,
     ) -> ProposeReply {
         if !self.is_member(from) {
             return ProposeReply::Refused(format!("{from} is not a member of the Raft group"));

@@ -6,7 +6,8 @@
 //!   AppendEntries or InstallSnapshot, the candidate in a vote), so one node cannot speak
 //!   for another;
 //! - a proposal must come from a member of the group, and a join from the joining node
-//!   itself (or, forwarded, from a member).
+//!   itself (or, forwarded, from a member); a proposal over the size bound of local ones
+//!   is refused before it is decoded.
 //!
 //! Raft messages go to the local openraft instance and their answers go back as postcard
 //! `Result`s (a Raft error, such as "shutting down", is an answer, not a failed call).
@@ -20,12 +21,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Shared;
+use super::error::ProposeError;
+use super::kinds::ProposeReply;
 use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
     RaftError, VoteRequest, node_id,
 };
-use crate::cluster::Command;
+use crate::cluster::Proposal;
 use crate::rpc::Service;
 use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
@@ -92,8 +95,19 @@ impl Shared {
                 encode(&answer)
             }
             PROPOSE => {
-                let command: Command = decode(kind, payload)?;
-                encode(&self.serve_propose(from, command).await)
+                // The bound a local proposal meets (`Shared::propose`), checked on the
+                // payload before it is decoded: the proposer's own check cannot be relied on.
+                let max = self.options.max_command();
+                if payload.len() > max {
+                    let too_large = ProposeError::TooLarge {
+                        len: payload.len(),
+                        max,
+                    };
+                    tracing::warn!(event = crate::events::CONTROL_ERROR, %from, len = payload.len(), max, "refused an oversized proposal");
+                    return encode(&ProposeReply::Refused(too_large.to_string()));
+                }
+                let proposal: Proposal = decode(kind, payload)?;
+                encode(&self.serve_propose(from, proposal).await)
             }
             JOIN => {
                 let peer: Peer = decode(kind, payload)?;
@@ -124,8 +138,10 @@ fn check_sender(from: &str, claimed: Option<NodeId>, what: &str) -> Result<(), S
     }
 }
 
-fn decode<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
-    postcard::from_bytes(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
+/// Decodes a request's payload. The transport has bounded its size; postcard allocates
+/// in proportion to the bytes it reads; [`crate::rpc::decode`] bounds the nesting.
+pub(super) fn decode<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
+    crate::rpc::decode(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
 }
 
 fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {

@@ -5,7 +5,8 @@
 //! entry writes nothing to disk: the log already holds it. What is persisted is the
 //! snapshot: `(last applied log id, last membership, Cluster)` in postcard, written to the
 //! `snapshot` table of `raft.redb` whenever openraft builds one (every
-//! `snapshot_logs` entries) or installs one sent by the leader. On open, the last snapshot
+//! `snapshot_logs` entries) or installs one sent by the leader. A snapshot is received
+//! into a [`SnapshotData`] that takes chunks only in order and up to a cap. On open, the last snapshot
 //! is loaded; openraft then re-applies the log after it (up to the persisted committed
 //! pointer, and the rest once the leader confirms it). Because [`Cluster::apply`] is
 //! deterministic, the replay rebuilds exactly the state the node had, fencing tokens
@@ -25,7 +26,6 @@
 // helpers here return the same type rather than convert at every call.
 #![allow(clippy::result_large_err)]
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -36,10 +36,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::db::{self, CURRENT, SNAPSHOT};
+use super::snapshot_data::SnapshotData;
 use super::types::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
-use crate::cluster::{Cluster, Response};
+use crate::cluster::{Cluster, Outcome, Response};
 
 /// The applied state, shared with the readers of [`super::Control`].
 pub struct StateMachine {
@@ -48,6 +49,8 @@ pub struct StateMachine {
     applied_index: watch::Sender<u64>,
     applied: Option<LogId>,
     membership: StoredMembership,
+    /// The largest snapshot received from a leader (`ControlOptions::max_snapshot`).
+    max_snapshot: usize,
 }
 
 /// A snapshot's content: everything needed to resume applying after it.
@@ -75,8 +78,12 @@ struct Stored {
 }
 
 impl StateMachine {
-    /// Opens the state machine on `db`, restoring the last snapshot if there is one.
-    pub(crate) fn open(db: Arc<Database>) -> Result<StateMachine, StorageError> {
+    /// Opens the state machine on `db`, restoring the last snapshot if there is one;
+    /// snapshots received from a leader may be at most `max_snapshot` bytes.
+    pub(crate) fn open(
+        db: Arc<Database>,
+        max_snapshot: usize,
+    ) -> Result<StateMachine, StorageError> {
         let stored = load(&db)?;
         let (applied, membership, cluster) = match stored {
             Some(stored) => {
@@ -92,6 +99,7 @@ impl StateMachine {
             applied_index,
             applied,
             membership,
+            max_snapshot,
         })
     }
 
@@ -142,7 +150,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((self.applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -153,13 +161,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             for entry in entries {
                 let log_id = entry.log_id;
                 let response = match entry.payload {
-                    EntryPayload::Blank => Response::Done,
-                    EntryPayload::Normal(command) => {
-                        cluster.apply(log_id.index, log_id.leader_id.term, command)
+                    EntryPayload::Blank => Outcome::One(Response::Done),
+                    EntryPayload::Normal(proposal) => {
+                        cluster.apply_proposal(log_id.index, log_id.leader_id.term, proposal)
                     }
                     EntryPayload::Membership(membership) => {
                         self.membership = StoredMembership::new(Some(log_id), membership);
-                        Response::Done
+                        Outcome::One(Response::Done)
                     }
                 };
                 self.applied = Some(log_id);
@@ -189,14 +197,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        Ok(Box::new(SnapshotData::receiving(self.max_snapshot)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let image: Image = db::decode(&data)?;
@@ -224,7 +232,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         Ok(load(&self.db)?.map(|stored| Snapshot {
             meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            snapshot: Box::new(SnapshotData::holding(stored.data)),
         }))
     }
 }
@@ -257,7 +265,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         save(self.db.clone(), &stored).await?;
         Ok(Snapshot {
             meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            snapshot: Box::new(SnapshotData::holding(stored.data)),
         })
     }
 }

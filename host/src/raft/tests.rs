@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tempfile::TempDir;
 
 use super::*;
-use crate::cluster::{Command, Response};
+use crate::cluster::{Command, Proposal, Response};
 use crate::rpc::Rpc;
 use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
@@ -31,21 +31,21 @@ impl Service for NoFallback {
 static INCARNATION: AtomicU64 = AtomicU64::new(1);
 
 /// One running node.
-struct Node {
-    control: Control,
-    rpc: Arc<Rpc>,
-    addr: String,
+pub(super) struct Node {
+    pub(super) control: Control,
+    pub(super) rpc: Arc<Rpc>,
+    pub(super) addr: String,
 }
 
 /// A Raft group under test: certificates, data directories, running nodes.
-struct Group {
+pub(super) struct Group {
     certs: Certs,
     dir: TempDir,
     nodes: BTreeMap<String, Node>,
 }
 
 impl Group {
-    fn new() -> Group {
+    pub(super) fn new() -> Group {
         Group {
             certs: Certs::new(),
             dir: TempDir::new().unwrap(),
@@ -54,7 +54,7 @@ impl Group {
     }
 
     /// The options tests use: the defaults, with bounds generous for a loaded machine.
-    fn options(&self, name: &str) -> ControlOptions {
+    pub(super) fn options(&self, name: &str) -> ControlOptions {
         let mut options = ControlOptions::new(self.dir.path().join(name), name);
         options.join_timeout = Duration::from_secs(20);
         options.propose_timeout = Duration::from_secs(10);
@@ -62,7 +62,7 @@ impl Group {
     }
 
     /// Opens node `name` from its data directory (fresh or not) on a new port.
-    async fn start(&mut self, name: &str, options: ControlOptions) {
+    pub(super) async fn start(&mut self, name: &str, options: ControlOptions) {
         let (control, service) = Control::open(options, Arc::new(NoFallback)).await.unwrap();
         let incarnation = INCARNATION.fetch_add(1, Ordering::Relaxed);
         let rpc = Rpc::bind(config(), self.certs.node(name), incarnation, service)
@@ -77,7 +77,7 @@ impl Group {
     }
 
     /// Starts every node of `names` with the test options and bootstraps them together.
-    async fn bootstrap(&mut self, names: &[&str], voters: usize) {
+    pub(super) async fn bootstrap(&mut self, names: &[&str], voters: usize) {
         for name in names {
             let mut options = self.options(name);
             options.voters = voters;
@@ -100,11 +100,11 @@ impl Group {
         tracing::info!(name, "node stopped");
     }
 
-    fn node(&self, name: &str) -> &Node {
+    pub(super) fn node(&self, name: &str) -> &Node {
         &self.nodes[name]
     }
 
-    fn control(&self, name: &str) -> &Control {
+    pub(super) fn control(&self, name: &str) -> &Control {
         &self.node(name).control
     }
 
@@ -117,7 +117,7 @@ impl Group {
     }
 
     /// Waits until every node of `names` knows the same leader, one of `names`.
-    async fn leader(&self, names: &[&str]) -> String {
+    pub(super) async fn leader(&self, names: &[&str]) -> String {
         let agreed = || {
             let leaders: Vec<_> = names.iter().map(|n| self.control(n).leader()).collect();
             match &leaders[0] {
@@ -154,7 +154,7 @@ impl Group {
 
     /// Stops every node; the endpoints close together, so that no connection waits for a
     /// peer that is already gone.
-    async fn shutdown(self) {
+    pub(super) async fn shutdown(self) {
         for node in self.nodes.values() {
             node.control.shutdown().await;
         }
@@ -172,7 +172,7 @@ impl Group {
     }
 }
 
-fn join_command(node: &str) -> Command {
+pub(super) fn join_command(node: &str) -> Command {
     Command::Join {
         node: node.into(),
         addr: format!("{node}.example:7400"),
@@ -181,7 +181,7 @@ fn join_command(node: &str) -> Command {
 }
 
 /// Index of the last applied entry according to Raft's metrics.
-fn last_applied(control: &Control) -> u64 {
+pub(super) fn last_applied(control: &Control) -> u64 {
     control
         .metrics()
         .borrow()
@@ -197,7 +197,7 @@ impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), types::StorageError> {
         let dir = TempDir::new().map_err(db::write)?;
         let db = db::open(dir.path()).await.map_err(db::write)?;
-        let sm = StateMachine::open(db.clone())?;
+        let sm = StateMachine::open(db.clone(), 1 << 30)?;
         Ok((dir, LogStore::new(db, 1 << 20), sm))
     }
 }
@@ -298,7 +298,7 @@ async fn a_joining_node_becomes_a_learner_then_a_voter_up_to_the_target() {
             &leader,
             leader_addr,
             PROPOSE,
-            postcard::to_allocvec(&join_command("x")).unwrap(),
+            postcard::to_allocvec(&Proposal::One(join_command("x"))).unwrap(),
         )
         .await
         .unwrap();

@@ -12,12 +12,10 @@
 //! The [`Peer`] (name and address) is what the membership stores for each id; the name is
 //! what TLS and the envelope layer authenticate.
 
-use std::fmt;
-use std::io::Cursor;
-
 use openraft::error::Infallible;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::fmt;
 
 /// A member of the Raft group as the membership records it: the node's certificate name
 /// and the address its peers dial (`host:port`).
@@ -53,12 +51,12 @@ impl fmt::Display for Peer {
 openraft::declare_raft_types!(
     /// The type configuration of Tenure's Raft group.
     pub TypeConfig:
-        D = crate::cluster::Command,
-        R = crate::cluster::Response,
+        D = crate::cluster::Proposal,
+        R = crate::cluster::Outcome,
         NodeId = u64,
         Node = Peer,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = super::snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,
 );

@@ -33,10 +33,12 @@
 //! Files: `error.rs` ([`RpcError`]), `service.rs` (the [`Service`] trait), `verifiers.rs`
 //! (a bounded cache of verifiers by certificate fingerprint), `counts.rs` (calls sent,
 //! failed and served per kind), `server.rs` (the transport handler), `client.rs` ([`Rpc`]
-//! and its calls), `operator.rs` (operator requests).
+//! and its calls), `operator.rs` (operator requests), `decode.rs` ([`decode`]: postcard
+//! with a nesting limit, for every payload and answer a peer sends).
 
 mod client;
 mod counts;
+mod decode;
 mod error;
 mod operator;
 mod server;
@@ -48,6 +50,7 @@ mod tests;
 
 pub use client::Rpc;
 pub use counts::{KINDS, KindCount};
+pub use decode::{DecodeError, MAX_DEPTH, from_bytes as decode};
 pub use error::RpcError;
 pub use operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OperatorService, operator_request};
 pub use service::Service;

@@ -1,0 +1,230 @@
+//! Attacks on the control plane by a peer holding a valid node certificate: messages
+//! crafted to crash a node or make it allocate without bound. Each is sent over the real
+//! signed QUIC calls to a real Raft instance, and the test checks that the message is
+//! refused and that the node still works afterwards (RELIABILITY.md, "Attack matrix").
+
+use openraft::{CommittedLeaderId, LogId};
+
+use super::network;
+use super::tests::{Group, join_command, last_applied};
+use super::types::{
+    AppendEntriesResponse, Fatal, InstallSnapshotError, InstallSnapshotRequest,
+    InstallSnapshotResponse, RaftError, SnapshotMeta, StoredMembership, Vote,
+};
+use super::*;
+use crate::cluster::{Command, Proposal};
+use crate::transport::tests::init_logs;
+
+/// The answer to an INSTALL_SNAPSHOT call.
+type SnapshotAnswer = Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>;
+
+/// The PROPOSE payload of `depth` batches nested in one another, in the layout
+/// `Command::Batch(Vec<Command>)` had before issue 13: the variant tag of `Batch` (13)
+/// and a one-element length, `depth` times, then an empty batch. Two bytes per level:
+/// 100,000 levels fit in one message, far more than any thread's stack can decode
+/// recursively. Today no type can hold such a nesting; the bytes stay the attack.
+pub(super) fn nested_batches(depth: usize) -> Vec<u8> {
+    let mut bytes = [13u8, 1].repeat(depth);
+    bytes.extend_from_slice(&[13, 0]);
+    bytes
+}
+
+/// The same nesting under today's layout: a `Proposal::Batch` (tag 1) of one element that
+/// claims to be a batch again.
+pub(super) fn nested_proposal(depth: usize) -> Vec<u8> {
+    let mut bytes = vec![1u8, 1];
+    bytes.extend(nested_batches(depth));
+    bytes
+}
+
+/// `from` sends `payload` as `kind` to `to` over the real transport.
+async fn send(
+    group: &Group,
+    from: &str,
+    to: &str,
+    kind: u16,
+    payload: Vec<u8>,
+) -> Result<Vec<u8>, crate::rpc::RpcError> {
+    let addr = group.node(to).addr.parse().unwrap();
+    group.node(from).rpc.call(to, addr, kind, payload).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_batch_is_refused_and_the_node_survives() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    let follower = if leader == "n1" { "n2" } else { "n1" };
+
+    for payload in [nested_batches(100_000), nested_proposal(100_000)] {
+        let answer = send(&group, follower, &leader, PROPOSE, payload).await;
+        let message = match answer {
+            Err(crate::rpc::RpcError::Remote { message, .. }) => message,
+            other => panic!("a nested batch must be refused unread, got {other:?}"),
+        };
+        assert!(message.contains("unreadable payload"), "{message}");
+    }
+
+    // The leader is alive and still commits.
+    let before = last_applied(group.control(&leader));
+    group
+        .control(follower)
+        .propose(join_command("n9"))
+        .await
+        .unwrap();
+    assert!(last_applied(group.control(&leader)) > before);
+    group.shutdown().await;
+}
+
+/// One snapshot chunk from `leader` (whose vote it carries) at `offset`.
+fn chunk(leader: &str, offset: u64, data: Vec<u8>) -> Vec<u8> {
+    let id = node_id(leader);
+    let request = InstallSnapshotRequest {
+        vote: Vote::new_committed(1, id),
+        meta: SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(1, id), 10)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "attack".into(),
+        },
+        offset,
+        data,
+        done: false,
+    };
+    postcard::to_allocvec(&request).unwrap()
+}
+
+/// A fresh node n1 that takes snapshots of at most `max_snapshot` bytes, and n2 to send
+/// them. n1 has voted for no one: a committed vote of term 1 from n2 is at least its own,
+/// so it takes n2's chunks.
+async fn receiver(max_snapshot: usize) -> Group {
+    let mut group = Group::new();
+    for name in ["n1", "n2"] {
+        let mut options = group.options(name);
+        options.max_snapshot = max_snapshot;
+        group.start(name, options).await;
+    }
+    group
+}
+
+async fn send_chunk(group: &Group, offset: u64, data: Vec<u8>) -> SnapshotAnswer {
+    let answer = send(
+        group,
+        "n2",
+        "n1",
+        INSTALL_SNAPSHOT,
+        chunk("n2", offset, data),
+    )
+    .await
+    .expect("the chunk is read and answered");
+    postcard::from_bytes(&answer).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_chunk_at_a_huge_offset_is_refused_without_allocating() {
+    init_logs();
+    let group = receiver(ControlOptions::new("unused", "n1").max_snapshot).await;
+    send_chunk(&group, 0, vec![7; 1000]).await.unwrap();
+
+    // 1 TiB ahead of what was received: a receiver that seeks and writes there
+    // zero-fills (or fails to allocate) a terabyte.
+    let refused = send_chunk(&group, 1 << 40, vec![7; 10]).await;
+    let error = refused.expect_err("a chunk past the bytes received is refused");
+    assert!(error.to_string().contains("out of order"), "{error}");
+
+    // The transfer goes on from where it really was.
+    send_chunk(&group, 1000, vec![7; 1000]).await.unwrap();
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_past_the_cap_is_refused() {
+    init_logs();
+    let group = receiver(100_000).await;
+    send_chunk(&group, 0, vec![7; 60_000]).await.unwrap();
+    let refused = send_chunk(&group, 60_000, vec![7; 60_000]).await;
+    let error = refused.expect_err("a chunk past the cap is refused");
+    assert!(
+        error.to_string().contains("limit of 100000 bytes"),
+        "{error}"
+    );
+    // A resend from the start fits again.
+    send_chunk(&group, 0, vec![7; 60_000]).await.unwrap();
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_proposal_over_the_size_bound_is_refused() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    let follower = if leader == "n1" { "n2" } else { "n1" };
+    let max = group.options(&leader).max_command();
+
+    // Larger than a local proposal may be, but within the transport's frame limit: only
+    // the leader's own check stands between it and the log.
+    let command = Command::SaveState {
+        resource: "r".into(),
+        slot: 0,
+        token: 1,
+        data: vec![0; max + 1],
+    };
+    let answer = send(
+        &group,
+        follower,
+        &leader,
+        PROPOSE,
+        postcard::to_allocvec(&Proposal::One(command)).unwrap(),
+    )
+    .await
+    .expect("the leader answers");
+    match postcard::from_bytes::<ProposeReply>(&answer).unwrap() {
+        ProposeReply::Refused(message) => assert!(message.contains("the limit is"), "{message}"),
+        other => panic!("an oversized forwarded proposal must be refused, got {other:?}"),
+    }
+    group.shutdown().await;
+}
+
+/// A follower's answer to AppendEntries: a storage error whose `anyerror::AnyError` has a
+/// `source` nested `depth` deep (`Option<Box<AnyError>>`: three bytes a level).
+pub(super) fn nested_error_answer(depth: usize) -> Vec<u8> {
+    use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
+    let io = StorageIOError::<NodeId>::new(
+        ErrorSubject::Store,
+        ErrorVerb::Read,
+        AnyError::error("MARK"),
+    );
+    let answer: Result<AppendEntriesResponse, Fatal> = Err(Fatal::StorageError(io.into()));
+    let mut bytes = postcard::to_allocvec(&answer).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"MARK").unwrap() + 4;
+    assert_eq!(bytes[at], 0, "the source: None");
+    bytes[at] = 1;
+    // Levels 1 to depth - 1: no type, an empty message, a source; the last one none;
+    // then each level's empty context and no backtrace.
+    let mut chain = [0u8, 0, 1].repeat(depth - 1);
+    chain.extend([0, 0, 0]);
+    chain.extend([0u8, 0].repeat(depth));
+    bytes.splice(at + 1..at + 1, chain);
+    bytes
+}
+
+#[test]
+fn a_deeply_nested_error_in_a_raft_answer_is_refused() {
+    let bytes = nested_error_answer(100_000);
+    // On a stack the size of a tokio worker's, where the leader reads the answer.
+    let decoded = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || network::read_answer::<AppendEntriesResponse, Fatal>(&bytes).map(|_| ()))
+        .unwrap()
+        .join()
+        .unwrap();
+    let error = decoded.expect_err("a nested error is refused unread");
+    assert!(error.contains("nested"), "{error}");
+    // A shallow one still reads.
+    let shallow = nested_error_answer(3);
+    assert!(matches!(
+        network::read_answer::<AppendEntriesResponse, Fatal>(&shallow),
+        Ok(Err(Fatal::StorageError(_)))
+    ));
+}
