@@ -547,6 +547,150 @@ fn broken_build_is_caught() {
     }
 }
 
+/// A new leader that starts its term's session clocks a TTL earlier than its voters'
+/// answers allow (the test-only switch) expires sessions whose leases still run. The old
+/// leader owns the slot and is cut off; the new leader expires its session at once and
+/// grants the slot to a node with a fresh session while the old leader's plugin runs on
+/// to its deadline: the checker must report the overlap. (The real handoff meets the
+/// same cut in the seeded run's `isolate-leader` episodes.)
+#[test]
+fn early_handoff_is_caught() {
+    let Some(violations) = leader_cut_with_a_fresh_successor(true) else {
+        return;
+    };
+    assert!(
+        violations.iter().any(|v| v.kind == "overlap"),
+        "the checker missed the early handoff's overlap: {violations:?}"
+    );
+}
+
+/// The same cut on the real build: the new leader's base is no earlier than the old
+/// leader's last acknowledgement, so the slot waits for the old leader's deadline.
+#[test]
+fn the_handoff_keeps_a_cut_off_leader_s_slot_until_its_deadline() {
+    let Some(violations) = leader_cut_with_a_fresh_successor(false) else {
+        return;
+    };
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// Cuts off a leader that owns the one slot of `busy`, restarts the third node once the
+/// new leader has its base (so that a node with a session opened in the new term is
+/// there to take the slot), heals, and returns the checker's violations; `None` if this
+/// machine cannot make network namespaces.
+fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violation>> {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = Net::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    let net = match Net::create(3) {
+        Ok(net) => net,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot create network namespaces: {why}");
+            return None;
+        }
+    };
+    // A longer lease than the seeded run's: the old leader's deadline then comes well
+    // after the new leader's election and a restarted node's first grant.
+    let mut c = Cluster::builder(3)
+        .ttl(Duration::from_secs(3))
+        .hosts((0..3).map(|i| net.ip(i)).collect())
+        .wrappers((0..3).map(|i| net.wrapper(i)).collect())
+        .build();
+    if early {
+        for i in 0..3 {
+            c.node_mut(i).set_env("TENURE_UNSAFE_EARLY_HANDOFF", "1");
+        }
+    }
+    // `busy` (the misbehave fixture) ignores stop requests, so the engine ends its runs
+    // exactly at the lease deadline.
+    c.install_plugin_everywhere(
+        "busy",
+        &manifest("busy", 1, "1.0.0"),
+        &plugins().misbehave_bytes(),
+    );
+    c.start();
+    // Calm: a settled leader, the slot owned, and no session opened, lost or expired for
+    // a TTL (start-up elections, three nodes compiling at once, are over).
+    let calm = |c: &Cluster| {
+        let quiet = c.merged().iter().all(|e| {
+            !["session.opened", "session.expired", "lease.lost"]
+                .iter()
+                .any(|kind| is(kind).matches(e))
+                || now_us() - timestamp_us(e) > c.ttl().as_micros() as i64
+        });
+        let owner = c.owners("busy").pop()?;
+        let (leader, _) = c.settled_leader()?;
+        quiet.then_some((leader, owner))
+    };
+    let (leader, owner) = c.wait("calm", WAIT, calm);
+    if owner.node != leader {
+        let moved = c.admin(&["move", "busy", "--to", &leader]);
+        assert!(moved.status.success(), "tenure move: {moved:?}");
+    }
+    c.wait("the leader owning the slot, calm", WAIT, |c| {
+        calm(c).filter(|(l, o)| *l == leader && o.node == leader)
+    });
+    let x = c.index(&leader);
+    let mut schedule = Schedule {
+        seed: 0,
+        faults: Vec::new(),
+    };
+    net.cut(x);
+    let cut_at = now_us();
+    schedule.record(cut_at, &leader, "cut");
+    // The new leader expires every session it has not seen renewed, the third node's
+    // too, which then waits out its own deadline (near the old leader's) before opening
+    // a new session: that alone would hide the early expiry. Restarted now, the third
+    // node opens its session in the new term, and the slot goes to it.
+    let new_leader = c.wait("a new leader's lease.inherited", WAIT, |c| {
+        (0..3).filter(|&i| i != x).find(|&i| {
+            c.node(i)
+                .events()
+                .iter()
+                .any(|e| is("lease.inherited").matches(e) && timestamp_us(e) > cut_at)
+        })
+    });
+    let third = (0..3).find(|&i| i != x && i != new_leader).unwrap();
+    let name = c.name(third).to_string();
+    schedule.record(now_us(), &name, "kill");
+    c.kill(third);
+    c.spawn(third);
+    schedule.record(now_us(), &name, "spawn");
+    let successor = c.wait("the slot granted on the majority side", WAIT, |c| {
+        c.owners("busy")
+            .into_iter()
+            .find(|o| o.node != leader && timestamp_us(&o.started) > cut_at)
+    });
+    eprintln!(
+        "[handoff] successor {} started {} ms after the cut",
+        successor.node,
+        (timestamp_us(&successor.started) - cut_at) / 1000
+    );
+    thread::sleep(Duration::from_secs(1));
+    schedule.record(now_us(), &leader, "heal");
+    net.heal(x);
+    thread::sleep(Duration::from_secs(1));
+    for i in c.alive_nodes() {
+        c.kill(i);
+    }
+    let expect = Expect {
+        resources: vec![Resource {
+            name: "busy".into(),
+            tickets: 1,
+            counter: false,
+            recovers: true,
+        }],
+        recovered: None,
+    };
+    let violations = checker::check(&c.merged(), &schedule, &expect);
+    for v in &violations {
+        eprintln!("{}", v.render(&schedule));
+    }
+    Some(violations)
+}
+
 // ---- The checker on hand-made logs ------------------------------------------------------
 
 fn at(ms: i64) -> String {
