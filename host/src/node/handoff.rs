@@ -10,8 +10,10 @@
 //! (`session::answer`), so a quorum Q of voters accepted an append from L1 at or after a,
 //! or, for L1 itself, confirmed its leadership then (`raft/heard.rs` records both).
 //! 1. *Intersection.* L2 asks every voter "how long since you last heard a leader of a
-//!    term below mine?" and waits for a majority M (itself included). M and Q intersect,
-//!    so some voter w in M heard L1 at h_w ≥ a.
+//!    term below mine?" and waits for a quorum M of answers (itself included): a
+//!    majority of its voter set, or of each set during a joint membership change, whose
+//!    quorums intersect those of the configurations before it. M and Q intersect, so
+//!    some voter w in M heard L1 at h_w ≥ a.
 //! 2. *Answer only after adopting the new term.* A voter answers only once its own term
 //!    is at least L2's, so it refuses L1's appends from then on: nothing it hears from L1
 //!    after its answer can exist, and no quorum L1 completes later can avoid a voter of
@@ -69,11 +71,13 @@ pub async fn answer(shared: &Shared, term: u64) -> Result<Heard, String> {
 }
 
 /// The leader's side: asks every voter of the membership and returns the base of its
-/// term's session clocks once a majority answered; `None` if it stopped being the leader
-/// of `term` first.
+/// term's session clocks once a quorum (a majority of each voter set) answered; `None`
+/// if it stopped being the leader of `term` first.
 pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
+    // A quorum is a majority of every voter set (two during a joint membership change):
+    // the answers must intersect any quorum the old leader used.
+    let sets = shared.control.voter_sets();
     let voters = shared.control.members().voters;
-    let majority = voters.len() / 2 + 1;
     let mut asks = JoinSet::new();
     for (name, addr) in voters {
         let shared = shared.clone();
@@ -83,7 +87,7 @@ pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
                     return None;
                 }
                 match ask(&shared, &name, &addr, term).await {
-                    Ok(base) => return Some(base),
+                    Ok(base) => return Some((name, base)),
                     Err(error) => {
                         tracing::debug!(voter = %name, %error, "lease handoff: no answer yet");
                         tokio::time::sleep(shared.timing.renew_every()).await;
@@ -92,17 +96,22 @@ pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
             }
         });
     }
-    let mut bases = Vec::new();
-    while let Some(joined) = asks.join_next().await {
-        match joined {
-            Ok(Some(base)) => bases.push(base),
+    let mut answered = std::collections::BTreeMap::new();
+    let quorum = |answered: &std::collections::BTreeMap<String, Instant>| {
+        !sets.is_empty()
+            && sets
+                .iter()
+                .all(|set| set.iter().filter(|v| answered.contains_key(*v)).count() > set.len() / 2)
+    };
+    while !quorum(&answered) {
+        match asks.join_next().await {
+            Some(Ok(Some((name, base)))) => {
+                answered.insert(name, base);
+            }
             _ => return None,
         }
-        if bases.len() >= majority {
-            break;
-        }
     }
-    let base = bases.into_iter().max()?;
+    let base = answered.into_values().max()?;
     if std::env::var_os(UNSAFE_EARLY_HANDOFF).is_some() {
         return base.checked_sub(shared.timing.ttl).or(Some(base));
     }

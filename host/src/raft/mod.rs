@@ -66,7 +66,7 @@ mod decode_proptests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -482,6 +482,19 @@ impl Control {
             side.insert(peer.name.clone(), peer.addr.clone());
         }
         members
+    }
+
+    /// The voter sets whose majorities make a quorum, by name: one set, or two during a
+    /// joint membership change (a quorum is then a majority of each).
+    pub fn voter_sets(&self) -> Vec<BTreeSet<String>> {
+        let metrics = self.shared.metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let name = |id: &NodeId| membership.get_node(id).map(|p| p.name.clone());
+        membership
+            .get_joint_config()
+            .iter()
+            .map(|config| config.iter().filter_map(name).collect())
+            .collect()
     }
 
     /// Confirms that this node is still the leader with a heartbeat round to a quorum of
