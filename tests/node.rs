@@ -216,3 +216,91 @@ fn an_unknown_config_key_is_an_error_naming_the_key_and_the_file() {
         "the error names the key and the file:\n{said}"
     );
 }
+
+/// The names, sizes and contents of the files directly in `dir` (not `raft.redb`, which a
+/// live node itself keeps writing).
+fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .map(|name| {
+            let contents = if name == "raft.redb" {
+                Vec::new()
+            } else {
+                std::fs::read(dir.join(&name)).unwrap_or_default()
+            };
+            (name, contents)
+        })
+        .collect()
+}
+
+fn said(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn a_node_refused_on_a_live_node_s_data_dir_says_so_and_changes_nothing_there() {
+    let mut live = Node::new("live");
+    live.spawn();
+    live.wait_for("node.started", is("node.started").f(), WAIT);
+    let before = files_of(&live.data_dir());
+    let other = tempfile::tempdir().unwrap();
+    let data = live.data_dir();
+    let output = tenure(
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--plugins-dir",
+            other.path().join("plugins").to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        other.path(),
+    );
+    let said = said(&output);
+    assert!(!output.status.success(), "a second node started:\n{said}");
+    assert!(
+        said.contains("another node") && said.contains(data.to_str().unwrap()),
+        "the error names the shared data dir:\n{said}"
+    );
+    assert_eq!(
+        files_of(&live.data_dir()),
+        before,
+        "the refused node changed the live node's data dir"
+    );
+    assert!(live.alive(), "the live node died");
+}
+
+#[test]
+fn a_node_that_cannot_bind_its_address_creates_nothing() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (data, plugins) = (dir.path().join("data"), dir.path().join("plugins"));
+    let output = tenure(
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+            "--listen",
+            &addr,
+        ],
+        dir.path(),
+    );
+    let said = said(&output);
+    assert!(!output.status.success(), "the node started:\n{said}");
+    assert!(said.contains(&addr), "the error names the address:\n{said}");
+    assert!(
+        !data.exists() && !plugins.exists(),
+        "a refused start created its folders:\n{said}"
+    );
+}

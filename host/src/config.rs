@@ -83,8 +83,10 @@ impl Default for Config {
     }
 }
 
-/// The default listen address (DESIGN.md §2).
+/// The default listen address of a node with peers (DESIGN.md §2).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
+/// The default listen address of a node alone: loopback only.
+pub const SINGLE_NODE_LISTEN: &str = "127.0.0.1:7400";
 
 /// Values from flags or the environment, which override the file.
 #[derive(Clone, Debug, Default)]
@@ -152,6 +154,7 @@ impl Config {
     /// Builds the configuration: defaults, then `file`, then `overrides`.
     pub fn load(file: Option<&Path>, overrides: Overrides) -> Result<Self, ConfigError> {
         let mut config = Config::default();
+        let mut listen_given = false;
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_path_buf(),
@@ -176,6 +179,7 @@ impl Config {
             }
             if let Some(listen) = parsed.listen {
                 config.listen = listen;
+                listen_given = true;
             }
             config.advertise = parsed.advertise;
             config.peers = peers("peers", parsed.peers.unwrap_or_default())?;
@@ -206,6 +210,12 @@ impl Config {
         }
         if let Some(listen) = overrides.listen {
             config.listen = listen;
+            listen_given = true;
+        }
+        // A node alone (no peers, nothing to join) is reachable from this machine only
+        // unless told otherwise: the single-node default is for trying Tenure out.
+        if !listen_given && config.peers.is_empty() && config.join.is_empty() {
+            config.listen = SINGLE_NODE_LISTEN.into();
         }
         if let Some(listen) = overrides.metrics_listen {
             config.metrics = metrics_listen(&listen)?;
@@ -292,9 +302,31 @@ mod tests {
     #[test]
     fn no_file_gives_the_single_node_defaults() {
         let config = Config::load(None, Overrides::default()).unwrap();
-        assert_eq!(config, Config::default());
+        assert_eq!(
+            config,
+            Config {
+                listen: SINGLE_NODE_LISTEN.into(),
+                ..Config::default()
+            }
+        );
         assert_eq!(config.data_dir, PathBuf::from("tenure-data"));
         assert_eq!(config.plugins_dir, PathBuf::from("plugins"));
+    }
+
+    #[test]
+    fn a_node_alone_listens_on_loopback_unless_told_otherwise() {
+        let alone = Config::load(None, Overrides::default()).unwrap();
+        assert_eq!(alone.listen, "127.0.0.1:7400");
+        let told = Overrides {
+            listen: Some(DEFAULT_LISTEN.into()),
+            ..Overrides::default()
+        };
+        assert_eq!(Config::load(None, told).unwrap().listen, "0.0.0.0:7400");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenure.toml");
+        std::fs::write(&path, "name = \"n1\"\npeers = [\"n2@10.0.0.2:7400\"]\n").unwrap();
+        let clustered = Config::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(clustered.listen, "0.0.0.0:7400");
     }
 
     #[test]

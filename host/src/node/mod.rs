@@ -23,6 +23,7 @@ mod handoff;
 mod leader;
 mod owner;
 mod plugins;
+mod preflight;
 mod probe;
 mod session;
 mod shared;
@@ -66,6 +67,8 @@ pub enum NodeError {
     },
     #[error("invalid listen address {0:?}: expected HOST:PORT with an IP address")]
     Listen(String),
+    #[error(transparent)]
+    Refused(#[from] preflight::Refused),
     #[error("cannot keep the transport's reset key in {path}: {why}")]
     ResetKey { path: PathBuf, why: String },
     #[error("cannot record this run in {path}: {source}")]
@@ -98,6 +101,13 @@ const SHUTDOWN_COMMIT: Duration = Duration::from_secs(3);
 
 /// Runs the node until `shutdown` resolves, then shuts down in order.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
+    // Nothing is written before these checks pass: a refused start changes nothing.
+    let listen: SocketAddr = config
+        .listen
+        .parse()
+        .map_err(|_| NodeError::Listen(config.listen.clone()))?;
+    preflight::addresses_free(listen, config.metrics)?;
+    preflight::data_dir_free(&config.data_dir)?;
     for (what, path) in [("data", &config.data_dir), ("plugins", &config.plugins_dir)] {
         std::fs::create_dir_all(path).map_err(|source| NodeError::Folder {
             what,
@@ -105,10 +115,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             source,
         })?;
     }
-    let listen: SocketAddr = config
-        .listen
-        .parse()
-        .map_err(|_| NodeError::Listen(config.listen.clone()))?;
+    // Held until the node ends: a second node on this data dir is refused.
+    let _data_dir_lock = preflight::lock_data_dir(&config.data_dir)?;
     let files = tls_files(&config)?;
     let incarnation = next_incarnation(&config.data_dir)?;
     let runtime = Arc::new(Runtime::new(Some(&config.data_dir.join("cache")))?);

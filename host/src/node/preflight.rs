@@ -1,0 +1,112 @@
+//! What a node checks before it writes anything: a node that refuses to start changes
+//! nothing on disk. Its addresses must be free (probed by binding and letting go), and its
+//! data dir must not be in use by another running node; then it takes the data dir's lock
+//! for as long as it runs.
+//!
+//! The lock is an exclusive `flock` on `DATA_DIR/lock`, held by the open file until the
+//! process ends (a killed node's lock goes with it). A data dir that exists but has no
+//! lock file (made by an older build) is checked through its Raft store, which redb locks
+//! the same way while it is open.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Why a node may not start here; nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error(
+        "cannot listen on {addr} ({what}): another process already uses it; stop it, or give this node another address"
+    )]
+    AddressInUse {
+        addr: SocketAddr,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error(
+        "another node uses the data dir {path}: give each node its own (`data_dir` in the config, or --data-dir)"
+    )]
+    DataDirInUse { path: PathBuf },
+    #[error("cannot lock the data dir {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Checks that the node's UDP listen address (and its metrics TCP address, if any) can be
+/// bound; a port of 0 always can.
+pub fn addresses_free(listen: SocketAddr, metrics: Option<SocketAddr>) -> Result<(), Refused> {
+    if listen.port() != 0 {
+        std::net::UdpSocket::bind(listen).map_err(|source| Refused::AddressInUse {
+            addr: listen,
+            what: "the node's QUIC port, UDP",
+            source,
+        })?;
+    }
+    if let Some(addr) = metrics.filter(|a| a.port() != 0) {
+        std::net::TcpListener::bind(addr).map_err(|source| Refused::AddressInUse {
+            addr,
+            what: "the metrics endpoint, TCP",
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks, writing nothing, that no running node uses `data_dir`.
+pub fn data_dir_free(data_dir: &Path) -> Result<(), Refused> {
+    for name in ["lock", "raft.redb"] {
+        let path = data_dir.join(name);
+        // Opened for reading only: probing changes nothing.
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        if !try_lock(&file).map_err(|source| Refused::Lock {
+            path: path.clone(),
+            source,
+        })? {
+            return Err(Refused::DataDirInUse {
+                path: data_dir.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Takes the data dir's lock (creating the lock file), for as long as the returned file
+/// is kept open. Call once the node is sure to start, after creating the data dir.
+pub fn lock_data_dir(data_dir: &Path) -> Result<File, Refused> {
+    let path = data_dir.join("lock");
+    let error = |source| Refused::Lock {
+        path: path.clone(),
+        source,
+    };
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(error)?;
+    if !try_lock(&file).map_err(error)? {
+        return Err(Refused::DataDirInUse {
+            path: data_dir.to_path_buf(),
+        });
+    }
+    Ok(file)
+}
+
+/// An exclusive, non-blocking `flock`: false if another open file holds it.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a valid open descriptor has no other preconditions.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let error = std::io::Error::last_os_error();
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(error)
+    }
+}
