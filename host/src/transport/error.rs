@@ -37,12 +37,14 @@ pub enum TransportError {
     Tls(String),
 
     /// The UDP socket could not be bound.
-    #[error("cannot bind {addr}: {source}")]
+    // The OS error is part of the message, not a `source`: a printed error chain would
+    // otherwise say it twice ("in use: in use").
+    #[error("cannot bind {addr}: {os}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
         /// The operating system's error.
-        source: Arc<io::Error>,
+        os: Arc<io::Error>,
     },
 
     /// The peer name is not a valid node name (so it cannot be a TLS server name).

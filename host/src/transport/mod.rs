@@ -198,7 +198,7 @@ impl Transport {
             .local_addr()
             .map_err(|e| TransportError::Bind {
                 addr: self.shared.config.listen,
-                source: Arc::new(e),
+                os: Arc::new(e),
             })
     }
 
@@ -383,7 +383,7 @@ async fn bind_endpoint(
             Err(e) => {
                 return Err(TransportError::Bind {
                     addr: config.listen,
-                    source: Arc::new(e),
+                    os: Arc::new(e),
                 });
             }
         }
