@@ -304,3 +304,23 @@ fn a_node_that_cannot_bind_its_address_creates_nothing() {
         "a refused start created its folders:\n{said}"
     );
 }
+
+#[test]
+fn a_node_whose_certificate_is_missing_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tenure.toml");
+    std::fs::write(
+        &config,
+        "name = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"data\"\nplugins_dir = \"plugins\"\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"n1.pem\"\nkey = \"n1.key\"\n",
+    )
+    .unwrap();
+    let output = tenure(&["run", "--config", config.to_str().unwrap()], dir.path());
+    let said = said(&output);
+    assert!(!output.status.success(), "the node started:\n{said}");
+    assert!(said.contains("n1.pem"), "the error names the file:\n{said}");
+    assert!(
+        !dir.path().join("data").exists() && !dir.path().join("plugins").exists(),
+        "a refused start created its folders:\n{said}"
+    );
+}

@@ -107,6 +107,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .parse()
         .map_err(|_| NodeError::Listen(config.listen.clone()))?;
     preflight::addresses_free(listen, config.metrics)?;
+    preflight::tls_usable(config.tls.as_ref())?;
     preflight::data_dir_free(&config.data_dir)?;
     for (what, path) in [("data", &config.data_dir), ("plugins", &config.plugins_dir)] {
         std::fs::create_dir_all(path).map_err(|source| NodeError::Folder {

@@ -1,7 +1,7 @@
 //! What a node checks before it writes anything: a node that refuses to start changes
-//! nothing on disk. Its addresses must be free (probed by binding and letting go), and its
-//! data dir must not be in use by another running node; then it takes the data dir's lock
-//! for as long as it runs.
+//! nothing on disk. Its addresses must be free (probed by binding and letting go), its
+//! configured TLS files must load, and its data dir must not be in use by another running
+//! node; then it takes the data dir's lock for as long as it runs.
 //!
 //! The lock is an exclusive `flock` on `DATA_DIR/lock`, held by the open file until the
 //! process ends (a killed node's lock goes with it). A data dir that exists but has no
@@ -33,6 +33,18 @@ pub enum Refused {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot load the TLS files: {0}")]
+    Tls(crate::pki::PkiError),
+}
+
+/// Loads the configured certificate, key and CA bundle once, reading only, so that a bad
+/// file is reported before anything is written (the transport loads them again).
+pub fn tls_usable(tls: Option<&crate::config::Tls>) -> Result<(), Refused> {
+    if let Some(tls) = tls {
+        crate::pki::load_identity(&tls.cert, &tls.key).map_err(Refused::Tls)?;
+        crate::pki::load_ca_bundle(&tls.ca).map_err(Refused::Tls)?;
+    }
+    Ok(())
 }
 
 /// Checks that the node's UDP listen address (and its metrics TCP address, if any) can be
