@@ -124,18 +124,11 @@ async fn ask(shared: &Shared, name: &str, addr: &str, term: u64) -> Result<Insta
     let heard = if name == shared.me {
         answer(shared, term).await?
     } else {
-        let addr = tokio::net::lookup_host(addr)
+        let ask = Ask { term };
+        let call = shared.call::<_, Heard>(name, addr, LEADER_HEARD, &ask);
+        tokio::time::timeout(shared.timing.ttl * 3, call)
             .await
-            .map_err(|e| format!("{addr}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{addr}: no address"))?;
-        let payload = postcard::to_allocvec(&Ask { term }).map_err(|e| e.to_string())?;
-        let call = shared.rpc().call(name, addr, LEADER_HEARD, payload);
-        let reply = tokio::time::timeout(shared.timing.ttl * 3, call)
-            .await
-            .map_err(|_| "timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
-        crate::rpc::decode::<Heard>(&reply).map_err(|e| format!("bad answer: {e}"))?
+            .map_err(|_| "timed out".to_owned())??
     };
     let received = Instant::now();
     Ok(match heard.elapsed_us {

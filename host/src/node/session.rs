@@ -180,18 +180,7 @@ async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Ren
     if leader == shared.me {
         return answer(shared, liveness, &shared.me, session).await;
     }
-    let addr = tokio::net::lookup_host(&addr)
-        .await
-        .map_err(|e| format!("{addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr}: no address"))?;
-    let payload = postcard::to_allocvec(&Renew { session }).map_err(|e| e.to_string())?;
-    let reply = shared
-        .rpc()
-        .call(&leader, addr, RENEW, payload)
-        .await
-        .map_err(|e| e.to_string())?;
-    crate::rpc::decode(&reply).map_err(|e| format!("bad renewal answer: {e}"))
+    shared.call(&leader, &addr, RENEW, &Renew { session }).await
 }
 
 /// The leader's side of a renewal from `node`.

@@ -55,6 +55,29 @@ impl Shared {
             .expect("the node binds its endpoint before starting its tasks")
     }
 
+    /// Sends `request` as a signed call of `kind` to node `name` at `addr` (resolved now;
+    /// the first address wins) and decodes its answer.
+    pub async fn call<Q: serde::Serialize, A: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+        addr: &str,
+        kind: u16,
+        request: &Q,
+    ) -> Result<A, String> {
+        let addr = tokio::net::lookup_host(addr)
+            .await
+            .map_err(|e| format!("{addr}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{addr}: no address"))?;
+        let payload = postcard::to_allocvec(request).map_err(|e| e.to_string())?;
+        let reply = self
+            .rpc()
+            .call(name, addr, kind, payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::rpc::decode(&reply).map_err(|e| format!("bad answer from {name}: {e}"))
+    }
+
     /// Proposes a command through the leader and waits until it is applied here.
     pub async fn propose(&self, command: Command) -> Result<Response, String> {
         self.control
