@@ -62,6 +62,8 @@ pub struct Sample {
     pub rpc: Vec<(KindCount, &'static str)>,
     /// Envelopes rejected, per reason.
     pub rejections: Vec<(Reason, u64)>,
+    /// Members' control plane messages refused as not their business, per reason.
+    pub control_refused: Vec<(crate::raft::Refusal, u64)>,
     pub transport: TransportStats,
     /// The Raft term.
     pub term: u64,
@@ -329,6 +331,7 @@ impl Answer {
 /// | `tenure_node_info` | gauge (1) | `node` |
 /// | `tenure_rpc_sent_total`, `tenure_rpc_failed_total`, `tenure_rpc_served_total` | counter | `kind`, `name` |
 /// | `tenure_envelope_rejections_total` | counter | `reason` |
+/// | `tenure_control_refused_total` (forbidden, not-a-voter, join-for-another) | counter | `reason` |
 /// | `tenure_transport_<counter>_total` (handshakes_rejected, handshakes_failed, connections_refused, connections_retired, streams_rejected, requests_retried, revoked, reloads, reload_failures) | counter | |
 /// | `tenure_raft_term`, `tenure_raft_is_leader`, `tenure_raft_leader_known`, `tenure_raft_applied_index`, `tenure_raft_voters`, `tenure_raft_learners` | gauge | |
 /// | `tenure_cluster_members`, `tenure_cluster_sessions`, `tenure_cluster_resources`, `tenure_cluster_slots_assigned` | gauge | |
@@ -365,6 +368,16 @@ pub fn render(sample: &Sample, out: &mut String) {
     let name = "tenure_envelope_rejections_total";
     w.family(name, "counter", "Envelopes rejected, per reason.");
     for (reason, count) in &sample.rejections {
+        w.value(name, &[("reason", reason.as_str())], *count);
+    }
+
+    let name = "tenure_control_refused_total";
+    w.family(
+        name,
+        "counter",
+        "Members' control plane messages refused as not their business, per reason.",
+    );
+    for (reason, count) in &sample.control_refused {
         w.value(name, &[("reason", reason.as_str())], *count);
     }
 

@@ -29,6 +29,18 @@ const MAKE_ONE: &str = "make one with `tenure certs issue --ca DIR --operator NA
      --cert and --key (a single-node default node makes tenure-data/certs/operator.pem on \
      its first start)";
 
+/// How many times a request follows [`AdminResponse::Leader`].
+const MAX_REDIRECTS: usize = 4;
+
+/// The first socket address of `addr` (`host:port`).
+async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
 /// Why an admin request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -175,8 +187,48 @@ impl AdminClient {
         Ok(AdminClient { transport, files })
     }
 
-    /// Sends `request` to node `node` at `addr` and returns its answer.
+    /// Sends `request` to node `node` at `addr` and returns its answer. An action sent to
+    /// a node that is not the leader is sent on to the leader it names (a few times at
+    /// most: leadership may move meanwhile).
     pub async fn request(
+        &self,
+        node: &str,
+        addr: SocketAddr,
+        request: &AdminRequest,
+    ) -> Result<AdminResponse, AdminError> {
+        let (mut node, mut addr) = (node.to_owned(), addr);
+        for _ in 0..MAX_REDIRECTS {
+            match self.request_once(&node, addr, request).await? {
+                AdminResponse::Leader {
+                    node: leader,
+                    addr: leader_addr,
+                } => {
+                    addr =
+                        resolve(&leader_addr)
+                            .await
+                            .map_err(|reason| AdminError::Unreachable {
+                                node: leader.clone(),
+                                addr,
+                                reason: format!(
+                                    "{node} names {leader} at {leader_addr} as the leader, \
+                                 which only answers actions: {reason}"
+                                ),
+                            })?;
+                    node = leader;
+                }
+                answer => return Ok(answer),
+            }
+        }
+        Err(AdminError::Refused {
+            node,
+            message: format!(
+                "the leader moved {MAX_REDIRECTS} times while the request was sent; retry"
+            ),
+        })
+    }
+
+    /// Sends `request` to node `node` at `addr` and returns its answer as is.
+    async fn request_once(
         &self,
         node: &str,
         addr: SocketAddr,

@@ -21,6 +21,12 @@
 //!   operator certificate, sends one request, and turns every failure into a message that
 //!   says what to do.
 //!
+//! Actions go to the leader: a node that is not the leader answers
+//! [`AdminResponse::Leader`] and the client asks that node instead. Operator commands
+//! are never forwarded between nodes, because the leader accepts them only from an
+//! operator it authenticated itself (`cluster/authorize.rs`); a member cannot pass one
+//! off as an operator's.
+//!
 //! What it deliberately does not do: decide anything. Whether a request is allowed for
 //! this operator (all operators may do everything for now), proposing the command, and
 //! waiting for it to commit are the node's business; placement then carries moves out.
@@ -74,6 +80,10 @@ pub enum AdminResponse {
     Status(Status),
     /// An action was committed; the message says what happens next, for people.
     Done(String),
+    /// The node is not the leader, which alone accepts actions from operators (it
+    /// authenticates them itself): ask node `node` at `addr`. [`AdminClient::request`]
+    /// follows it.
+    Leader { node: String, addr: String },
 }
 
 /// The node's side of the admin API.

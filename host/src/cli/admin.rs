@@ -166,6 +166,9 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
         }
         AdminResponse::Status(status) => print!("{}", status.render()),
         AdminResponse::Done(message) => println!("{message}"),
+        AdminResponse::Leader { node, addr } => {
+            anyhow::bail!("{node} at {addr} is the leader: send the request there")
+        }
     }
     Ok(())
 }

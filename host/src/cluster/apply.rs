@@ -17,6 +17,23 @@ impl Cluster {
                     .map(|c| self.apply(index, term, c))
                     .collect(),
             ),
+            Proposal::OneFrom { by, command } => {
+                Outcome::One(self.apply_from(&by, index, term, command))
+            }
+            Proposal::BatchFrom { by, commands } => Outcome::Batch(
+                commands
+                    .into_iter()
+                    .map(|c| self.apply_from(&by, index, term, c))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Applies `command` proposed by member `by`, if it may ([`super::authorize`]).
+    fn apply_from(&mut self, by: &str, index: u64, term: u64, command: Command) -> Response {
+        match super::authorize(self, by, &command) {
+            Ok(()) => self.apply(index, term, command),
+            Err(why) => Response::Forbidden(why),
         }
     }
 

@@ -15,9 +15,15 @@
 //! **Fencing tokens** are the log index of the entry that granted a slot, so every grant
 //! of a slot carries a strictly greater token than the one before, on every node.
 //!
-//! Files: `state.rs` (the types), `apply.rs` (the state transitions).
+//! **Authorization.** A member's forwarded proposal is applied with that member's rights
+//! only: it may speak for itself, never for another node (`authorize.rs`, the table).
+//!
+//! Files: `state.rs` (the types), `apply.rs` (the state transitions), `authorize.rs`
+//! (what a member may propose).
 
 mod apply;
+mod authorize;
 mod state;
 
+pub use authorize::authorize;
 pub use state::*;

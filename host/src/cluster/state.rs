@@ -163,6 +163,36 @@ pub enum HistoryKind {
 pub enum Proposal {
     One(Command),
     Batch(Vec<Command>),
+    /// A command a member sent the leader (kind PROPOSE), with the member's authenticated
+    /// name: applied only as far as that member may (`authorize.rs`). The leader makes
+    /// these; it refuses a PROPOSE that already is one.
+    OneFrom {
+        by: String,
+        command: Command,
+    },
+    /// A batch a member sent the leader, as [`Proposal::OneFrom`].
+    BatchFrom {
+        by: String,
+        commands: Vec<Command>,
+    },
+}
+
+impl Proposal {
+    /// The same commands, marked as proposed by member `by`. `None` for a proposal that is
+    /// marked already: a member cannot name the proposer itself.
+    pub fn from_member(self, by: &str) -> Option<Proposal> {
+        match self {
+            Proposal::One(command) => Some(Proposal::OneFrom {
+                by: by.to_owned(),
+                command,
+            }),
+            Proposal::Batch(commands) => Some(Proposal::BatchFrom {
+                by: by.to_owned(),
+                commands,
+            }),
+            Proposal::OneFrom { .. } | Proposal::BatchFrom { .. } => None,
+        }
+    }
 }
 
 /// The answer to a [`Proposal`], once applied: one [`Response`] per command, in order.
@@ -283,6 +313,28 @@ pub enum Response {
     Stale,
     /// The command does not apply to the current state; the message says why.
     Refused(String),
+    /// The member that proposed the command may not (`authorize.rs`); nothing changed.
+    Forbidden(String),
+}
+
+impl Outcome {
+    /// The answers, in order.
+    pub fn responses(&self) -> impl Iterator<Item = &Response> {
+        match self {
+            Outcome::One(response) => std::slice::from_ref(response).iter(),
+            Outcome::Batch(responses) => responses.iter(),
+        }
+    }
+}
+
+impl Response {
+    /// Why the command was forbidden, if it was.
+    pub fn forbidden(&self) -> Option<&str> {
+        match self {
+            Response::Forbidden(why) => Some(why),
+            _ => None,
+        }
+    }
 }
 
 impl Handover {

@@ -32,6 +32,7 @@ fn ready_sample() -> Sample {
             "append_entries",
         )],
         rejections: vec![(Reason::Replay, 3), (Reason::Skew, 0)],
+        control_refused: vec![(crate::raft::Refusal::Forbidden, 2)],
         transport: TransportStats {
             requests_retried: 4,
             ..TransportStats::default()

@@ -1,5 +1,6 @@
-//! Operator requests (`tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`),
-//! answered by any node: status from its replica, actions proposed through the leader.
+//! Operator requests (`tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`):
+//! status is answered by any node from its replica; actions only by the leader, which
+//! proposes them itself (another node names the leader, and the client asks it).
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use crate::api::{Admin, AdminRequest, AdminResponse, RaftView, Status};
 use crate::cluster::Response;
 use crate::events;
 use crate::placement;
+use crate::raft::ProposeError;
 use crate::runtime::BoxFuture;
 
 struct NodeAdmin {
@@ -52,15 +54,32 @@ impl Admin for NodeAdmin {
                 crate::api::command_for(&request, c, now)
                     .map(|command| (command.clone(), crate::api::describe(&command, c)))
             })?;
+            if !shared.control.is_leader() {
+                return leader_or_wait(shared.control.leader());
+            }
             tracing::info!(event = events::ADMIN_REQUEST, operator = %operator, request = ?request, "operator request");
-            match shared.propose(command).await? {
-                Response::Done => Ok(AdminResponse::Done(message)),
-                Response::Stale => {
+            match shared.control.propose_here(command).await {
+                Ok(Response::Done) => Ok(AdminResponse::Done(message)),
+                Ok(Response::Stale) => {
                     Err("the slot changed hands meanwhile; check `tenure status` and retry".into())
                 }
-                Response::Refused(why) => Err(why),
-                other => Err(format!("unexpected answer {other:?}")),
+                Ok(Response::Refused(why) | Response::Forbidden(why)) => Err(why),
+                Ok(other) => Err(format!("unexpected answer {other:?}")),
+                Err(ProposeError::NotLeader { leader }) => {
+                    leader_or_wait(leader.map(|p| (p.name, p.addr)))
+                }
+                Err(e) => Err(e.to_string()),
             }
         })
+    }
+}
+
+/// The answer of a node that is not the leader: ask the leader it knows of.
+fn leader_or_wait(leader: Option<(String, String)>) -> Result<AdminResponse, String> {
+    match leader {
+        Some((node, addr)) => Ok(AdminResponse::Leader { node, addr }),
+        None => Err(
+            "no leader is known right now (an election may be under way); retry in a moment".into(),
+        ),
     }
 }

@@ -65,6 +65,7 @@ impl Probe for NodeProbe {
                 .map(|c| (c, kind_name(c.kind)))
                 .collect(),
             rejections: rpc.rejections().to_vec(),
+            control_refused: control.refusals(),
             transport: rpc.transport().stats(),
             term: control.term(),
             leader: control.leader().map(|(name, _)| name),

@@ -3,6 +3,8 @@
 //! signed QUIC calls to a real Raft instance, and the test checks that the message is
 //! refused and that the node still works afterwards (RELIABILITY.md, "Attack matrix").
 
+use std::collections::BTreeMap;
+
 use openraft::{CommittedLeaderId, LogId};
 
 use super::network;
@@ -12,7 +14,7 @@ use super::types::{
     InstallSnapshotResponse, RaftError, SnapshotMeta, StoredMembership, Vote,
 };
 use super::*;
-use crate::cluster::{Command, Proposal};
+use crate::cluster::{Command, Proposal, Response};
 use crate::transport::tests::init_logs;
 
 /// The answer to an INSTALL_SNAPSHOT call.
@@ -227,4 +229,212 @@ fn a_deeply_nested_error_in_a_raft_answer_is_refused() {
         network::read_answer::<AppendEntriesResponse, Fatal>(&shallow),
         Ok(Err(Fatal::StorageError(_)))
     ));
+}
+
+/// The forbidden refusals counted by `control`.
+fn forbidden(control: &Control) -> u64 {
+    control
+        .refusals()
+        .into_iter()
+        .find(|(why, _)| *why == Refusal::Forbidden)
+        .map_or(0, |(_, n)| n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_proposing_commands_about_another_node_is_refused_and_counted() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let others: Vec<&str> = all.iter().copied().filter(|n| *n != leader).collect();
+    let (attacker, victim) = (others[0], others[1]);
+    let propose = |command| group.control(attacker).propose(command);
+    // Members join themselves into the replicated state, as nodes do.
+    for name in all {
+        let answer = group.control(name).propose(join_command(name)).await;
+        assert_eq!(answer, Ok(Response::Done), "{name} joins itself");
+    }
+    group.converge(&all).await;
+    let before = group.control(victim).state().read().unwrap().clone();
+
+    // Each of these took effect when any member could propose anything.
+    let attacks = [
+        Command::Join {
+            node: victim.into(),
+            addr: "attacker.example:7400".into(),
+            labels: BTreeMap::new(),
+        },
+        Command::OpenSession {
+            node: victim.into(),
+            at_ms: 1,
+        },
+        Command::Revoke {
+            fingerprint: format!("sha256:{}", "00".repeat(32)),
+        },
+        Command::SetDraining {
+            node: victim.into(),
+            draining: true,
+        },
+    ];
+    for attack in attacks.clone() {
+        let answer = propose(attack.clone()).await;
+        assert!(
+            matches!(answer, Ok(Response::Forbidden(_))),
+            "{attack:?} from {attacker}: {answer:?}"
+        );
+    }
+    // A batch is judged command by command.
+    let answers = group
+        .control(attacker)
+        .propose_batch(vec![join_command(attacker), attacks[0].clone()])
+        .await
+        .unwrap();
+    assert_eq!(answers[0], Response::Done);
+    assert!(matches!(answers[1], Response::Forbidden(_)), "{answers:?}");
+
+    // Nothing changed anywhere; the leader counted each refusal, the replicas none.
+    group.converge(&all).await;
+    for name in all {
+        assert_eq!(
+            *group.control(name).state().read().unwrap(),
+            before,
+            "{name}'s state"
+        );
+    }
+    assert_eq!(forbidden(group.control(&leader)), 5);
+    assert_eq!(forbidden(group.control(victim)), 0);
+
+    // A proposal that names its proposer is refused unread by the state machine.
+    let marked = Proposal::OneFrom {
+        by: victim.into(),
+        command: attacks[2].clone(),
+    };
+    let answer = send(
+        &group,
+        attacker,
+        &leader,
+        PROPOSE,
+        postcard::to_allocvec(&marked).unwrap(),
+    )
+    .await
+    .expect("the leader answers");
+    assert!(
+        matches!(
+            postcard::from_bytes::<ProposeReply>(&answer),
+            Ok(ProposeReply::Refused(_))
+        ),
+        "{answer:?}"
+    );
+    assert!(
+        group
+            .control(&leader)
+            .state()
+            .read()
+            .unwrap()
+            .revoked
+            .is_empty()
+    );
+    group.shutdown().await;
+}
+
+/// An AppendEntries (or vote request) of `sender`, with a committed vote of `term`.
+fn append(sender: &str, term: u64) -> Vec<u8> {
+    let request = super::types::AppendEntriesRequest {
+        vote: Vote::new_committed(term, node_id(sender)),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    };
+    postcard::to_allocvec(&request).unwrap()
+}
+
+fn vote_request(sender: &str, term: u64) -> Vec<u8> {
+    let request = super::types::VoteRequest {
+        vote: Vote::new(term, node_id(sender)),
+        last_log_id: None,
+    };
+    postcard::to_allocvec(&request).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_messages_from_a_learner_or_a_stranger_are_refused() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    let follower = if leader == "n1" { "n2" } else { "n1" };
+    // n3 joins but stays a learner (the group wants 2 voters); n4 never joins.
+    for name in ["n3", "n4"] {
+        let options = group.options(name);
+        group.start(name, options).await;
+    }
+    group
+        .control("n3")
+        .join(&group.via(&[&leader]))
+        .await
+        .unwrap();
+    let term = group.control(follower).term();
+
+    for sender in ["n3", "n4"] {
+        for (kind, payload) in [
+            (APPEND_ENTRIES, append(sender, term + 10)),
+            (VOTE, vote_request(sender, term + 10)),
+        ] {
+            let answer = send(&group, sender, follower, kind, payload).await;
+            match answer {
+                Err(crate::rpc::RpcError::Remote { message, .. }) => {
+                    assert!(message.contains("not a voter"), "{message}")
+                }
+                other => panic!("kind {kind} from {sender} must be refused, got {other:?}"),
+            }
+        }
+    }
+    // The follower's term did not move, and it still follows the same leader.
+    assert_eq!(group.control(follower).term(), term);
+    let not_a_voter = group
+        .control(follower)
+        .refusals()
+        .into_iter()
+        .find(|(why, _)| *why == Refusal::NotAVoter)
+        .unwrap()
+        .1;
+    assert_eq!(not_a_voter, 4);
+    assert_eq!(group.leader(&["n1", "n2"]).await, leader);
+    group.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_naming_another_node_is_refused() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    let follower = if leader == "n1" { "n2" } else { "n1" };
+    let members = group.control(&leader).members();
+
+    // A member asks, to the leader and to a follower, for a node it names to join at an
+    // address it chose (the follower used to forward it): neither adds it.
+    let stranger = Peer {
+        name: "n9".into(),
+        addr: "127.0.0.1:9".into(),
+    };
+    for to in [leader.as_str(), follower] {
+        let from = if to == "n1" { "n2" } else { "n1" };
+        let answer = send(
+            &group,
+            from,
+            to,
+            JOIN,
+            postcard::to_allocvec(&stranger).unwrap(),
+        )
+        .await
+        .expect("answered");
+        match postcard::from_bytes::<JoinReply>(&answer) {
+            Ok(JoinReply::Refused(why)) => assert!(why.contains("only a node itself"), "{why}"),
+            other => panic!("a join for another node must be refused, got {other:?}"),
+        }
+    }
+    assert_eq!(group.control(&leader).members(), members);
+    group.shutdown().await;
 }

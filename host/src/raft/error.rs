@@ -92,6 +92,10 @@ pub enum ProposeError {
     /// Raft has stopped on this node.
     #[error("Raft has stopped: {0}")]
     Stopped(String),
+    /// The command must be proposed on the leader, and this node is not (or no longer)
+    /// the leader; not applied. `leader` is the one it knows of, if any.
+    #[error("this node is not the leader (the leader is {}); it was not applied", leader.as_ref().map_or("unknown".into(), |p| p.to_string()))]
+    NotLeader { leader: Option<super::types::Peer> },
 }
 
 impl ProposeError {
@@ -105,7 +109,9 @@ impl ProposeError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ProposeError::NoLeader { .. } | ProposeError::Unknown(_)
+            ProposeError::NoLeader { .. }
+                | ProposeError::Unknown(_)
+                | ProposeError::NotLeader { .. }
         )
     }
 }

@@ -35,7 +35,8 @@ pub const INSTALL_SNAPSHOT: u16 = 3;
 /// leader refuses a payload over `ControlOptions::max_command` unread.
 pub const PROPOSE: u16 = 10;
 /// A node asks to join: [`Peer`] (its name and the address to dial it at) →
-/// [`JoinReply`]. Received by a non-leader, it is forwarded once to the leader.
+/// [`JoinReply`]. A non-leader answers with the leader to ask; only the node named may
+/// send it.
 pub const JOIN: u16 = 11;
 /// Kinds the node allocates for itself; never interpreted here.
 pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
@@ -68,7 +69,7 @@ pub enum ProposeReply {
 pub enum JoinReply {
     /// The node is a member (learner or voter) at the address it gave.
     Joined { voter: bool },
-    /// The receiver is not the leader and could not forward the request.
+    /// The receiver is not the leader; `leader` is the one it knows of, to ask instead.
     NotLeader { leader: Option<Peer> },
     /// Refused (e.g. a node asking for another's name), or Raft failed.
     Refused(String),

@@ -1,8 +1,8 @@
 //! Who is in the Raft group: joining, address updates, promotion to voter.
 //!
 //! **Joining.** A node added after the bootstrap asks any member (kind JOIN, with its
-//! name and advertised address). A member that is not the leader forwards the request,
-//! once, to the leader it knows. The leader:
+//! name and advertised address). A member that is not the leader answers with the leader
+//! it knows, and the joining node asks that one. The leader:
 //! - adds an unknown node as a *learner* (it receives the log but does not vote) and
 //!   waits, up to `join_catch_up`, for it to catch up;
 //! - updates the address of a known node that comes back from elsewhere (openraft's
@@ -11,8 +11,8 @@
 //! - does nothing for a known node at the same address (joining is idempotent, so a
 //!   restarted node can always ask).
 //!
-//! Only the joining node itself may ask to join under its name; a forwarded request must
-//! come from a member.
+//! Only the joining node itself may ask to join under its name, and it asks the leader
+//! itself: no member forwards a join, so no member can add or move another node.
 //!
 //! **Promotion.** While the group has fewer voters than `voters`, the leader promotes a
 //! learner that is caught up (within `LAG_THRESHOLD` entries of its log), one at a time, by
@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use super::error::ControlError;
 use super::kinds::{JOIN, JoinReply};
 use super::network::resolve;
+use super::refusals::Refusal;
 use super::types::{NodeId, Peer};
 use super::{LAG_THRESHOLD, Shared};
 
@@ -48,9 +49,17 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     let mut wait = Duration::from_millis(100);
     loop {
         let mut failures = Vec::new();
-        for (name, addr) in via.iter().filter(|(name, _)| *name != shared.name) {
-            let outcome = match resolve(addr).await {
-                Ok(sock) => match attached.rpc.call(name, sock, JOIN, body.clone()).await {
+        // The members given, then each leader one of them names (once each).
+        let mut ask: Vec<(String, String)> = via
+            .iter()
+            .filter(|(name, _)| *name != shared.name)
+            .cloned()
+            .collect();
+        let mut next = 0;
+        while let Some((name, addr)) = ask.get(next).cloned() {
+            next += 1;
+            let outcome = match resolve(&addr).await {
+                Ok(sock) => match attached.rpc.call(&name, sock, JOIN, body.clone()).await {
                     Ok(bytes) => crate::rpc::decode::<JoinReply>(&bytes)
                         .map_err(|e| format!("unreadable answer: {e}")),
                     Err(e) => Err(e.to_string()),
@@ -62,8 +71,15 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                     tracing::info!(event = crate::events::CLUSTER_JOINED, via = %name, voter, me = %attached.me, "joined the raft group");
                     return Ok(());
                 }
+                Ok(JoinReply::NotLeader {
+                    leader: Some(leader),
+                }) if leader.name != shared.name
+                    && !ask.iter().any(|(asked, _)| *asked == leader.name) =>
+                {
+                    ask.push((leader.name, leader.addr));
+                }
                 Ok(JoinReply::NotLeader { leader }) => failures.push(format!(
-                    "{name}: not the leader and could not forward (leader: {})",
+                    "{name}: not the leader (leader: {})",
                     leader.map_or("unknown".into(), |p| p.to_string())
                 )),
                 Ok(JoinReply::Refused(why)) => failures.push(format!("{name}: {why}")),
@@ -91,14 +107,16 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
 }
 
 impl Shared {
-    /// Answers a JOIN for `peer` sent by node `from`.
+    /// Answers a JOIN for `peer` sent by node `from`: on the leader, admits it; elsewhere,
+    /// names the leader to ask.
     pub(crate) async fn serve_join(self: &Arc<Self>, from: &str, peer: Peer) -> JoinReply {
-        let forwarded = from != peer.name;
-        if forwarded && !self.is_member(from) {
-            return JoinReply::Refused(format!(
-                "{from} may not ask for {} to join: only the node itself, or a member forwarding its request",
+        if from != peer.name {
+            let error = format!(
+                "{from} may not ask for {} to join: only a node itself may",
                 peer.name
-            ));
+            );
+            self.refusals.record(Refusal::JoinForAnother, from, &error);
+            return JoinReply::Refused(error);
         }
         if let Err(e) = crate::pki::validate_name(&peer.name) {
             return JoinReply::Refused(e.to_string());
@@ -109,28 +127,8 @@ impl Shared {
         if self.is_leader() {
             return self.admit(peer).await;
         }
-        let leader = self.leader().map(|(_, p)| p);
-        match (&leader, forwarded, self.endpoint.get()) {
-            (Some(to), false, Some(attached)) => {
-                let reply = async {
-                    let body = postcard::to_allocvec(&peer).map_err(|e| e.to_string())?;
-                    let addr = resolve(&to.addr).await?;
-                    let bytes = attached
-                        .rpc
-                        .call(&to.name, addr, JOIN, body)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    crate::rpc::decode::<JoinReply>(&bytes).map_err(|e| e.to_string())
-                };
-                match reply.await {
-                    Ok(reply) => reply,
-                    Err(e) => {
-                        tracing::debug!(event = crate::events::CONTROL_ERROR, leader = %to, error = %e, "forwarding a join failed");
-                        JoinReply::NotLeader { leader }
-                    }
-                }
-            }
-            _ => JoinReply::NotLeader { leader },
+        JoinReply::NotLeader {
+            leader: self.leader().map(|(_, p)| p),
         }
     }
 

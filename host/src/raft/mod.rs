@@ -53,6 +53,7 @@ mod log_store;
 mod membership;
 mod network;
 mod propose;
+mod refusals;
 mod rejoin;
 mod service;
 mod snapshot_data;
@@ -80,6 +81,7 @@ pub use error::{ControlError, ProposeError};
 pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply, VOTE,
 };
+pub use refusals::Refusal;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 
@@ -262,6 +264,8 @@ pub(crate) struct Shared {
     /// When a leader of each recent term was last heard: the voter's half of the lease
     /// handoff (`heard.rs`).
     heard: heard::Heard,
+    /// Members' messages refused as not their business (`refusals.rs`).
+    refusals: refusals::Refusals,
 }
 
 impl Control {
@@ -304,6 +308,7 @@ impl Control {
             applied,
             appends: watch::Sender::new(0),
             heard: heard::Heard::default(),
+            refusals: refusals::Refusals::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -409,6 +414,19 @@ impl Control {
         }
     }
 
+    /// Commits `command` on this node, which must be the leader, and returns the state
+    /// machine's answer; never forwarded ([`ProposeError::NotLeader`] otherwise). For
+    /// commands the leader accepts from no other member, only from an operator it
+    /// authenticated itself (`cluster/authorize.rs`).
+    pub async fn propose_here(&self, command: Command) -> Result<Response, ProposeError> {
+        match self.shared.propose_here(Proposal::One(command)).await? {
+            Outcome::One(response) => Ok(response),
+            Outcome::Batch(_) => Err(ProposeError::Unknown(
+                "a single command was answered as a batch".into(),
+            )),
+        }
+    }
+
     /// Commits `commands` as one log entry, applied in order, and returns one answer per
     /// command; otherwise as [`Control::propose`]. The batch must fit the same size bound
     /// as one command.
@@ -432,6 +450,11 @@ impl Control {
     /// The index of the last entry applied to [`Control::state`].
     pub fn applied(&self) -> watch::Receiver<u64> {
         self.shared.applied.clone()
+    }
+
+    /// Members' messages this node refused, per reason (`refusals.rs`).
+    pub fn refusals(&self) -> Vec<(Refusal, u64)> {
+        self.shared.refusals.counts()
     }
 
     /// The leader this node knows of: name and address.
@@ -574,6 +597,24 @@ impl Shared {
     /// of the watch while one is held can deadlock against a send.)
     fn leads(&self, metrics: &Metrics) -> bool {
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.me)
+    }
+
+    /// Whether node `name` may send this node Raft votes, appends and snapshots: it is a
+    /// voter of the membership (of either side of a joint one). A node that has no
+    /// membership yet (it has asked to join, or awaits the bootstrap) knows no voters, and
+    /// takes them from whoever leads: the first append brings the membership.
+    fn may_lead(&self, name: &str) -> bool {
+        let metrics = self.metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        if membership.nodes().next().is_none() {
+            return true;
+        }
+        let id = node_id(name);
+        membership
+            .get_joint_config()
+            .iter()
+            .any(|voters| voters.contains(&id))
+            && membership.get_node(&id).is_some_and(|p| p.name == name)
     }
 
     /// Whether node `name` is in the membership (voter or learner).

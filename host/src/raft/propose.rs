@@ -30,8 +30,9 @@ use super::Shared;
 use super::error::ProposeError;
 use super::kinds::{PROPOSE, ProposeReply};
 use super::network::resolve;
+use super::refusals::Refusal;
 use super::types::{ClientWriteError, Peer};
-use crate::cluster::{Outcome, Proposal};
+use crate::cluster::{Outcome, Proposal, Response};
 use crate::rpc::RpcError;
 use crate::transport::TransportError;
 
@@ -49,12 +50,7 @@ enum Attempt {
 impl Shared {
     /// See [`super::Control::propose`].
     pub(crate) async fn propose(&self, command: Proposal) -> Result<Outcome, ProposeError> {
-        let max = self.options.max_command();
-        let len = postcard::experimental::serialized_size(&command)
-            .map_err(|e| ProposeError::Refused(format!("cannot encode the command: {e}")))?;
-        if len > max {
-            return Err(ProposeError::TooLarge { len, max });
-        }
+        self.check_size(&command)?;
         let started = Instant::now();
         let deadline = started + self.options.propose_timeout;
         let mut metrics = self.metrics.clone();
@@ -86,6 +82,33 @@ impl Shared {
             }
             wait = (wait * 2).min(MAX_RETRY_WAIT);
         }
+    }
+
+    /// See [`super::Control::propose_here`].
+    pub(crate) async fn propose_here(&self, command: Proposal) -> Result<Outcome, ProposeError> {
+        self.check_size(&command)?;
+        let not_leader = || ProposeError::NotLeader {
+            leader: self.leader().map(|(_, p)| p),
+        };
+        if !self.is_leader() {
+            return Err(not_leader());
+        }
+        let deadline = Instant::now() + self.options.propose_timeout;
+        match self.write_locally(&command, deadline).await {
+            Attempt::Done(result) => result,
+            Attempt::Retry(_) => Err(not_leader()),
+        }
+    }
+
+    /// Refuses a proposal larger than one entry may be.
+    fn check_size(&self, command: &Proposal) -> Result<(), ProposeError> {
+        let max = self.options.max_command();
+        let len = postcard::experimental::serialized_size(command)
+            .map_err(|e| ProposeError::Refused(format!("cannot encode the command: {e}")))?;
+        if len > max {
+            return Err(ProposeError::TooLarge { len, max });
+        }
+        Ok(())
     }
 
     /// Commits on this node, the leader.
@@ -173,10 +196,9 @@ impl Shared {
                 ProposeError::Stopped("the RPC endpoint is closed".into()),
             )),
             Err(e) if not_sent(&e) => Attempt::Retry(e.to_string()),
-            // The peer refused the envelope or could not read the request: not acted on.
-            Err(RpcError::Remote { message, .. }) => {
-                Attempt::Done(Err(ProposeError::Refused(message)))
-            }
+            // Anything else may have been committed. That includes an error answer: it is
+            // not signed, and a leader whose answer failed after its commit sends one too,
+            // so it cannot prove the command was not applied (issue 13).
             Err(e) => Attempt::Done(Err(ProposeError::Unknown(e.to_string()))),
         }
     }
@@ -205,17 +227,27 @@ impl Shared {
         if !self.is_member(from) {
             return ProposeReply::Refused(format!("{from} is not a member of the Raft group"));
         }
+        let Some(marked) = command.from_member(from) else {
+            let error = format!("{from} sent a proposal that names its proposer");
+            self.refusals.record(Refusal::Forbidden, from, &error);
+            return ProposeReply::Refused(error);
+        };
         if !self.is_leader() {
             return ProposeReply::NotLeader {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        let write = self.raft.client_write(command);
+        let write = self.raft.client_write(marked);
         match tokio::time::timeout(self.options.propose_timeout, write).await {
-            Ok(Ok(written)) => ProposeReply::Applied {
-                response: written.data,
-                index: written.log_id.index,
-            },
+            Ok(Ok(written)) => {
+                for forbidden in written.data.responses().filter_map(Response::forbidden) {
+                    self.refusals.record(Refusal::Forbidden, from, forbidden);
+                }
+                ProposeReply::Applied {
+                    response: written.data,
+                    index: written.log_id.index,
+                }
+            }
             Ok(Err(OpenRaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 ProposeReply::NotLeader {
                     leader: f.leader_node,

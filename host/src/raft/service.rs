@@ -4,10 +4,17 @@
 //! What is checked here is what only Raft can know:
 //! - a Raft message must come from the node it names as its sender (the leader id in an
 //!   AppendEntries or InstallSnapshot, the candidate in a vote), so one node cannot speak
-//!   for another;
-//! - a proposal must come from a member of the group, and a join from the joining node
-//!   itself (or, forwarded, from a member); a proposal over the size bound of local ones
-//!   is refused before it is decoded.
+//!   for another, and from a voter of this node's membership: a learner, a removed
+//!   member or any other holder of a node certificate cannot win a vote or rewrite a
+//!   follower's log with a higher term (a node with no membership yet takes the first
+//!   leader that reaches it);
+//! - a proposal must come from a member of the group; it is committed marked with the
+//!   sender's name and applied with that member's rights only (`cluster/authorize.rs`);
+//!   a proposal over the size bound of local ones is refused before it is decoded;
+//! - a join must name the node that sends it.
+//!
+//! Refusals of members' messages are counted and logged at a bounded rate
+//! (`refusals.rs`).
 //!
 //! Raft messages go to the local openraft instance and their answers go back as postcard
 //! `Result`s (a Raft error, such as "shutting down", is an answer, not a failed call).
@@ -24,6 +31,7 @@ use super::Shared;
 use super::error::ProposeError;
 use super::kinds::ProposeReply;
 use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
+use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
     RaftError, VoteRequest, node_id,
@@ -73,6 +81,7 @@ impl Shared {
             APPEND_ENTRIES => {
                 let request: AppendEntriesRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+                self.check_voter(from, "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
                 let term = request.vote.leader_id().get_term();
                 let answer = self.raft.append_entries(request).await.map_err(fatal);
@@ -85,12 +94,14 @@ impl Shared {
             VOTE => {
                 let request: VoteRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
+                self.check_voter(from, "vote request")?;
                 let answer = self.raft.vote(request).await.map_err(fatal);
                 encode(&answer)
             }
             INSTALL_SNAPSHOT => {
                 let request: InstallSnapshotRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
+                self.check_voter(from, "snapshot chunk")?;
                 let answer = self.raft.install_snapshot(request).await;
                 encode(&answer)
             }
@@ -115,6 +126,16 @@ impl Shared {
             }
             other => Err(format!("kind {other} is not a control plane message")),
         }
+    }
+
+    /// Refuses a Raft message from a node that is not a voter here.
+    fn check_voter(&self, from: &str, what: &str) -> Result<(), String> {
+        if self.may_lead(from) {
+            return Ok(());
+        }
+        let error = format!("a {what} from {from}, which is not a voter of this node's membership");
+        self.refusals.record(Refusal::NotAVoter, from, &error);
+        Err(error)
     }
 }
 

@@ -109,7 +109,7 @@ impl Group {
     }
 
     /// The address list `join` takes, for `names`.
-    fn via(&self, names: &[&str]) -> Vec<(String, String)> {
+    pub(super) fn via(&self, names: &[&str]) -> Vec<(String, String)> {
         names
             .iter()
             .map(|n| (n.to_string(), self.node(n).addr.clone()))
@@ -137,7 +137,7 @@ impl Group {
 
     /// Waits until every node of `names` has applied the same index and holds the same
     /// state.
-    async fn converge(&self, names: &[&str]) {
+    pub(super) async fn converge(&self, names: &[&str]) {
         wait_until(&format!("{names:?} to converge"), || {
             let applied: Vec<u64> = names
                 .iter()
@@ -220,9 +220,8 @@ async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
     assert_eq!(group.control("n1").members().voters.len(), 3);
 
     // A proposal on a follower is forwarded to the leader and applied everywhere.
-    let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
     for name in all {
-        let answer = group.control(&follower).propose(join_command(name)).await;
+        let answer = group.control(name).propose(join_command(name)).await;
         assert_eq!(answer, Ok(Response::Done));
     }
     group.converge(&all).await;
@@ -235,7 +234,7 @@ async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
     let leader = group.leader(&rest).await;
     assert_ne!(leader, old_leader);
     for name in &rest {
-        let answer = group.control(name).propose(join_command("late")).await;
+        let answer = group.control(name).propose(join_command(name)).await;
         assert_eq!(answer, Ok(Response::Done));
     }
     group.converge(&rest).await;
@@ -260,21 +259,16 @@ async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
             .any(|m| m.voters.get(&old_leader) == Some(&new_addr))
     })
     .await;
-    let answer = group
-        .control(&old_leader)
-        .propose(join_command("again"))
-        .await;
+    let again = Command::Join {
+        node: old_leader.clone(),
+        addr: "again.example:7400".into(),
+        labels: BTreeMap::new(),
+    };
+    let answer = group.control(&old_leader).propose(again).await;
     assert_eq!(answer, Ok(Response::Done));
     group.converge(&all).await;
-    assert!(
-        group
-            .control(&old_leader)
-            .state()
-            .read()
-            .unwrap()
-            .members
-            .contains_key("again")
-    );
+    let state = group.control(&old_leader).state().read().unwrap().clone();
+    assert_eq!(state.members[&old_leader].addr, "again.example:7400");
     group.shutdown().await;
 }
 
@@ -308,8 +302,8 @@ async fn a_joining_node_becomes_a_learner_then_a_voter_up_to_the_target() {
         postcard::from_bytes::<ProposeReply>(&reply)
     );
 
-    // n3 joins through the follower, which forwards to the leader: it is promoted,
-    // since there are fewer voters than 3.
+    // n3 asks the follower, which names the leader; n3 asks the leader and is
+    // promoted, since there are fewer voters than 3.
     group
         .control("n3")
         .join(&group.via(&[follower]))
@@ -469,6 +463,8 @@ async fn fencing_tokens_are_log_indexes_on_every_replica() {
     let leader = group.leader(&all).await;
     let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
     let propose = |command| group.control(&follower).propose(command);
+    // Grants are the leader's decision: proposed there (a member's would be forbidden).
+    let grant = |command| group.control(&leader).propose(command);
     assert_eq!(propose(join_command(&follower)).await, Ok(Response::Done));
     let Ok(Response::Session(session)) = propose(Command::OpenSession {
         node: follower.clone(),
@@ -487,11 +483,11 @@ async fn fencing_tokens_are_log_indexes_on_every_replica() {
         digest: "sha256:00".into(),
         at_ms: 2,
     };
-    let Ok(Response::Granted { token, term }) = propose(assign()).await else {
+    let Ok(Response::Granted { token, term }) = grant(assign()).await else {
         panic!("not granted")
     };
     // Nothing else was proposed: the grant is the leader's last applied entry.
-    assert_eq!(last_applied(group.control(&leader)), token);
+    assert_eq!(*group.control(&leader).applied().borrow(), token);
     assert_eq!(term, group.control(&leader).term());
     group.converge(&all).await;
     for name in all {
@@ -512,7 +508,7 @@ async fn fencing_tokens_are_log_indexes_on_every_replica() {
     };
     assert_eq!(propose(release.clone()).await, Ok(Response::Done));
     assert_eq!(propose(release).await, Ok(Response::Stale));
-    let Ok(Response::Granted { token: next, .. }) = propose(assign()).await else {
+    let Ok(Response::Granted { token: next, .. }) = grant(assign()).await else {
         panic!("not granted again")
     };
     assert!(next > token);

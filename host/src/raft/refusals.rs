@@ -1,0 +1,91 @@
+//! What the control plane refused from authenticated members, counted and logged.
+//!
+//! A member's certificate proves who it is; these are the messages it sent that were
+//! not its business (see `service.rs` and `cluster/authorize.rs`):
+//! - [`Refusal::Forbidden`]: a proposal it may not make (a command about another node,
+//!   or one only the leader or an operator may make);
+//! - [`Refusal::NotAVoter`]: a Raft vote, append or snapshot from a node that is not a
+//!   voter of this node's membership;
+//! - [`Refusal::JoinForAnother`]: a join naming a node other than the sender.
+//!
+//! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
+//! at most [`LOG_LIMIT`] lines a minute: a hostile member could otherwise fill the disk.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::ratelimit::RateLimiter;
+
+/// Log lines per minute, all refusals together.
+const LOG_LIMIT: u32 = 20;
+
+/// Why a member's message was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Forbidden,
+    NotAVoter,
+    JoinForAnother,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 3] = [
+        Refusal::Forbidden,
+        Refusal::NotAVoter,
+        Refusal::JoinForAnother,
+    ];
+
+    /// The metric label and the log's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Forbidden => "forbidden",
+            Refusal::NotAVoter => "not-a-voter",
+            Refusal::JoinForAnother => "join-for-another",
+        }
+    }
+}
+
+/// The counters and the log's rate limit.
+pub(crate) struct Refusals {
+    counts: [AtomicU64; 3],
+    log: Mutex<RateLimiter>,
+}
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals {
+            counts: Default::default(),
+            log: Mutex::new(RateLimiter::new(LOG_LIMIT, Duration::from_secs(60))),
+        }
+    }
+}
+
+impl Refusals {
+    /// Counts a refusal of `what` from `peer` and logs it if the rate allows.
+    pub fn record(&self, why: Refusal, peer: &str, error: &str) {
+        self.counts[why as usize].fetch_add(1, Ordering::Relaxed);
+        let admitted = self
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(Instant::now());
+        if let Some(held_back) = admitted {
+            tracing::warn!(
+                event = crate::events::SECURITY_REJECTED,
+                %peer,
+                reason = why.as_str(),
+                %error,
+                held_back,
+                "refused a member's message"
+            );
+        }
+    }
+
+    /// Each reason with its count.
+    pub fn counts(&self) -> Vec<(Refusal, u64)> {
+        Refusal::ALL
+            .iter()
+            .map(|why| (*why, self.counts[*why as usize].load(Ordering::Relaxed)))
+            .collect()
+    }
+}
