@@ -150,6 +150,108 @@ pub fn plugins() -> &'static Plugins {
     })
 }
 
+/// The counter example in Python and in JavaScript, built from source by their own build
+/// scripts (`plugins/counter-py/build.sh`, `plugins/counter-js/build.sh`), which install
+/// the pinned componentize-py and componentize-js on first use.
+#[derive(Debug)]
+pub struct PolyglotPlugins {
+    /// `plugins/counter-py`, built with componentize-py.
+    pub counter_py: PathBuf,
+    /// `plugins/counter-js`, built with componentize-js's defaults.
+    pub counter_js: PathBuf,
+    /// A compile cache for nodes to share ([`Node::share_compile_cache`]): these
+    /// components take seconds to compile, so only the first node pays for it.
+    pub compile_cache: PathBuf,
+}
+
+/// Builds the Python and JavaScript plugins, once per test process, and returns their
+/// paths. A missing toolchain (python3, node, npm) fails the test with the build script's
+/// message naming what to install: these tests never skip.
+pub fn polyglot_plugins() -> &'static PolyglotPlugins {
+    static PLUGINS: OnceLock<PolyglotPlugins> = OnceLock::new();
+    PLUGINS.get_or_init(|| {
+        let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let dir = target_dir().join("polyglot");
+        let build = |name: &str| {
+            let script = workspace.join("plugins").join(name).join("build.sh");
+            let out = dir.join(format!("{name}.wasm"));
+            let started = Instant::now();
+            let output = Command::new("bash")
+                .arg(&script)
+                .arg(&out)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+            if !output.status.success() {
+                panic!(
+                    "{} failed ({}); the Python and JavaScript plugin tests need python3 \
+                     (with venv), node and npm, and PyPI and npm reachable:\n{}{}",
+                    script.display(),
+                    output.status,
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            eprintln!(
+                "[harness] {} in {:?}",
+                String::from_utf8_lossy(&output.stdout).trim(),
+                started.elapsed()
+            );
+            assert!(
+                out.is_file(),
+                "{} wrote no {}",
+                script.display(),
+                out.display()
+            );
+            out
+        };
+        // One after the other: each build is multi-threaded, and the machine is small.
+        let plugins = PolyglotPlugins {
+            counter_py: build("counter-py"),
+            counter_js: build("counter-js"),
+            compile_cache: dir.join("compile-cache"),
+        };
+        fs::create_dir_all(&plugins.compile_cache).expect("creating the shared compile cache");
+        warm_compile_cache(&plugins);
+        plugins
+    })
+}
+
+/// Runs one node that loads both components into the shared compile cache, so that the
+/// tests' nodes (five at once) do not all compile them side by side on a cold cache.
+fn warm_compile_cache(plugins: &PolyglotPlugins) {
+    let started = Instant::now();
+    let mut node = Node::new("compile-cache");
+    node.share_compile_cache(&plugins.compile_cache);
+    node.install("warm-py.wasm", read(&plugins.counter_py));
+    node.install("warm-js.wasm", read(&plugins.counter_js));
+    node.spawn();
+    node.wait_for(
+        "the initial scan to load both components",
+        is("node.ready").f(),
+        Duration::from_secs(180),
+    );
+    node.signal(libc::SIGTERM);
+    node.wait_exit(WAIT);
+    let loaded: Vec<String> = node
+        .events()
+        .iter()
+        .filter(|e| is("plugin.loaded").matches(e))
+        .map(|e| format!("{} {}", e["plugin"], e["cache"]))
+        .collect();
+    assert_eq!(
+        loaded.len(),
+        2,
+        "both components load: {loaded:?}\n{}",
+        node.tail()
+    );
+    eprintln!(
+        "[harness] compile cache warm ({}) in {:?}",
+        loaded.join(", "),
+        started.elapsed()
+    );
+}
+
 /// The target dir this test binary was built in: it runs as
 /// `<target>/[<triple>/]<profile>/deps/<test>`, and cargo marks `<target>` with a
 /// `CACHEDIR.TAG` file.
@@ -426,6 +528,14 @@ impl Node {
 
     pub fn plugins_dir(&self) -> PathBuf {
         self.dir.path().join("plugins")
+    }
+
+    /// Makes the node's compile cache (`data/cache`) a link to `dir`, which other nodes
+    /// may share: entries are keyed by the wasm's digest and the engine, and written to a
+    /// temporary name and renamed, so nodes never see each other's half-written files.
+    pub fn share_compile_cache(&self, dir: &Path) {
+        std::os::unix::fs::symlink(dir, self.data_dir().join("cache"))
+            .unwrap_or_else(|e| panic!("linking {}/cache: {e}", self.data_dir().display()));
     }
 
     /// Runs the node with `--config FILE` from now on.
