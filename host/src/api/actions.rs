@@ -61,9 +61,24 @@ pub fn command_for(
                 draining: matches!(request, AdminRequest::Drain { .. }),
             })
         }
-        AdminRequest::Revoke { fingerprint } => Ok(Command::Revoke {
-            fingerprint: parse_fingerprint(fingerprint)?,
+        AdminRequest::Revoke {
+            key,
+            certificate,
+            node,
+        } => Ok(Command::Revoke {
+            key: parse_fingerprint(key)?,
+            certificate: certificate.as_deref().map(parse_fingerprint).transpose()?,
+            // A certificate's node is removed if it is still a member.
+            node: node.clone().filter(|n| cluster.members.contains_key(n)),
+            at_ms: now_ms,
         }),
+        AdminRequest::Remove { node } => {
+            member(cluster, node)?;
+            Ok(Command::Remove {
+                node: node.clone(),
+                at_ms: now_ms,
+            })
+        }
     }
 }
 
@@ -108,12 +123,21 @@ pub fn describe(command: &Command, cluster: &Cluster) -> String {
                 ),
             }
         }
-        Command::Revoke { fingerprint } if cluster.revoked.contains(fingerprint) => {
-            format!("certificate {fingerprint} was already revoked")
+        Command::Revoke { key, .. } if cluster.revoked.contains_key(key) => {
+            format!("key {key} was already revoked")
         }
-        Command::Revoke { fingerprint } => format!(
-            "revoked certificate {fingerprint}: every node refuses it from now on and closes \
-             the connections that use it"
+        Command::Revoke { key, node, .. } => {
+            let removed = node.as_ref().map_or(String::new(), |node| {
+                format!("; node {node} is removed from the cluster (its slots move)")
+            });
+            format!(
+                "revoked key {key}: every node refuses every certificate that carries it from \
+                 now on and closes the connections that use one{removed}"
+            )
+        }
+        Command::Remove { node, .. } => format!(
+            "removed node {node}: its slots move, and it leaves the Raft membership; if it \
+             comes back it must join again"
         ),
         other => format!("{other:?}"),
     }
@@ -126,8 +150,8 @@ pub fn parse_fingerprint(text: &str) -> Result<String, String> {
     let text = text.trim();
     let bad = |why: &str| {
         Err(format!(
-            "{text:?} is not a certificate fingerprint: {why} (expected sha256: and 64 hex \
-             digits, as `tenure status` shows; or pass the certificate file instead)"
+            "{text:?} is not a fingerprint: {why} (expected sha256: and 64 hex digits, as \
+             `tenure status` shows; or pass the certificate file instead)"
         ))
     };
     let Some(hex) = text

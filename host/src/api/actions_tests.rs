@@ -188,7 +188,11 @@ fn release_drain_undrain_and_revoke() {
 
     let upper = format!("SHA256:{}", "AB".repeat(32));
     let revoke = command_for(
-        &AdminRequest::Revoke { fingerprint: upper },
+        &AdminRequest::Revoke {
+            key: upper.clone(),
+            certificate: Some(upper),
+            node: Some("c".into()),
+        },
         &w.cluster,
         NOW,
     )
@@ -196,8 +200,26 @@ fn release_drain_undrain_and_revoke() {
     assert_eq!(
         revoke,
         Command::Revoke {
-            fingerprint: format!("sha256:{}", "ab".repeat(32))
+            key: format!("sha256:{}", "ab".repeat(32)),
+            certificate: Some(format!("sha256:{}", "ab".repeat(32))),
+            node: Some("c".into()),
+            at_ms: NOW,
         }
+    );
+    // A certificate's node that is no longer a member is not removed again.
+    let gone = AdminRequest::Revoke {
+        key: format!("sha256:{}", "cd".repeat(32)),
+        certificate: None,
+        node: Some("q".into()),
+    };
+    assert!(matches!(
+        command_for(&gone, &w.cluster, NOW),
+        Ok(Command::Revoke { node: None, .. })
+    ));
+    refused(
+        &w,
+        AdminRequest::Remove { node: "q".into() },
+        "members are a, b, c",
     );
     refused(&w, AdminRequest::Status, "status is a question");
 }
@@ -229,9 +251,6 @@ fn fingerprints_are_checked_and_normalised() {
         "sha25é:".into(),
     ] {
         let message = parse_fingerprint(&bad).unwrap_err();
-        assert!(
-            message.contains("not a certificate fingerprint"),
-            "{message}"
-        );
+        assert!(message.contains("is not a fingerprint"), "{message}");
     }
 }

@@ -43,8 +43,8 @@ use serde::{Deserialize, Serialize};
 pub use actions::{command_for, describe, parse_fingerprint, winning_advert};
 pub use client::{AdminClient, AdminError};
 pub use status::{
-    HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView, Role, SessionView,
-    SlotState, SlotView, Status,
+    HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView, RevokedView, Role,
+    SessionView, SlotState, SlotView, Status,
 };
 
 use crate::rpc::OperatorService;
@@ -69,8 +69,18 @@ pub enum AdminRequest {
     /// Have the owner of a slot stop, clean up and give it up; placement then grants it
     /// again (possibly to the same node).
     Release { resource: String, slot: Option<u32> },
-    /// Refuse the certificate with this fingerprint (`sha256:<hex>`) everywhere, for good.
-    Revoke { fingerprint: String },
+    /// Refuse the key with this fingerprint (`sha256:<hex>` of its SubjectPublicKeyInfo)
+    /// everywhere, for good, whatever certificate carries it. `certificate` (its
+    /// fingerprint) and `node` are what the operator named, when they named a certificate
+    /// file: that node is removed from the cluster too.
+    Revoke {
+        key: String,
+        certificate: Option<String>,
+        node: Option<String>,
+    },
+    /// Remove node `node` from the cluster (its session, its slots, its Raft seat): for a
+    /// member that is gone for good.
+    Remove { node: String },
 }
 
 /// A node's answer to an [`AdminRequest`].
@@ -182,7 +192,8 @@ impl fmt::Display for AdminRequest {
             AdminRequest::Release { resource, slot: n } => {
                 write!(f, "release {}", slot(resource, n))
             }
-            AdminRequest::Revoke { fingerprint } => write!(f, "revoke {fingerprint}"),
+            AdminRequest::Revoke { key, .. } => write!(f, "revoke --fingerprint {key}"),
+            AdminRequest::Remove { node } => write!(f, "remove {node}"),
         }
     }
 }

@@ -39,6 +39,18 @@ pub struct RaftView {
 }
 
 /// The cluster as one node sees it: the answer to `tenure status`, and its `--json` form.
+/// A revoked key, as `tenure status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokedView {
+    /// The key's fingerprint (`sha256:` of its SubjectPublicKeyInfo).
+    pub key: String,
+    /// The fingerprint of the certificate it was revoked from, if any.
+    pub certificate: Option<String>,
+    /// The node that certificate was for, if any.
+    pub node: Option<String>,
+    pub at_ms: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     /// The node that answered.
@@ -56,8 +68,8 @@ pub struct Status {
     /// Every resource that a live node has a plugin for or that has a granted slot, by
     /// name.
     pub resources: Vec<ResourceView>,
-    /// Fingerprints of revoked certificates, sorted.
-    pub revoked: Vec<String>,
+    /// Revoked keys, by key fingerprint.
+    pub revoked: Vec<RevokedView>,
     /// The most recent ownership changes (at most [`HISTORY_SHOWN`]), oldest first.
     pub history: Vec<HistoryView>,
     /// How many ownership changes the cluster remembers in all (`history` is the tail).
@@ -221,6 +233,7 @@ impl Status {
                     HistoryKind::Released => ("released", None),
                     HistoryKind::GaveUp => ("gave-up", None),
                     HistoryKind::Expired => ("expired", None),
+                    HistoryKind::Removed => ("removed", None),
                 };
                 HistoryView {
                     index: h.index,
@@ -237,7 +250,16 @@ impl Status {
         Status {
             nodes: nodes(cluster, &raft, now_ms),
             resources: resources(cluster, &pending),
-            revoked: cluster.revoked.iter().cloned().collect(),
+            revoked: cluster
+                .revoked
+                .iter()
+                .map(|(key, r)| RevokedView {
+                    key: key.clone(),
+                    certificate: r.certificate.clone(),
+                    node: r.node.clone(),
+                    at_ms: r.at_ms,
+                })
+                .collect(),
             history,
             history_len: cluster.history.len(),
             node: raft.node,
@@ -347,8 +369,12 @@ impl Status {
 
         if !self.revoked.is_empty() {
             out.push('\n');
-            let rows = self.revoked.iter().map(|f| vec![f.clone()]);
-            out.push_str(&table(&["REVOKED"], rows, ""));
+            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            let rows = self
+                .revoked
+                .iter()
+                .map(|r| vec![r.key.clone(), dash(&r.certificate), dash(&r.node)]);
+            out.push_str(&table(&["REVOKED KEY", "CERTIFICATE", "NODE"], rows, ""));
         }
 
         if !self.history.is_empty() {

@@ -34,7 +34,10 @@ fn status() -> Status {
         draining: true,
     });
     w.apply(Command::Revoke {
-        fingerprint: digest('9'),
+        key: digest('9'),
+        certificate: Some(digest('8')),
+        node: None,
+        at_ms: T0,
     });
     let pending = vec![(
         "solo".into(),
@@ -96,7 +99,15 @@ fn build_reports_nodes_resources_slots_and_history() {
         solo.slots[0].pending.as_deref(),
         Some("no eligible node: a is in cooldown")
     );
-    assert_eq!(s.revoked, [digest('9')]);
+    assert_eq!(
+        s.revoked,
+        [RevokedView {
+            key: digest('9'),
+            certificate: Some(digest('8')),
+            node: None,
+            at_ms: T0,
+        }]
+    );
 
     let kinds: Vec<(&str, Option<&str>)> = s
         .history
@@ -231,8 +242,8 @@ echo/0  owned      a      12     2     59m
 echo/1  releasing  b      13     2     59m   moved → c
 solo/0  pending    -      -      -     -     no eligible node: a is in cooldown
 
-REVOKED
-sha256:9999999999999999999999999999999999999999999999999999999999999999
+REVOKED KEY                                                              CERTIFICATE                                                              NODE
+sha256:9999999999999999999999999999999999999999999999999999999999999999  sha256:8888888888888888888888888888888888888888888888888888888888888888  -
 
 CHANGED  SLOT    NODE  TOKEN  CHANGE
 59m      echo/0  a     12     granted

@@ -13,7 +13,7 @@ use super::*;
 use crate::cluster::Cluster;
 use crate::pki::{self, Subject};
 use crate::rpc::{Rpc, Service, operator_request};
-use crate::transport::tests::{Certs, config, fingerprint_of, init_logs, write_atomically};
+use crate::transport::tests::{Certs, config, init_logs, write_atomically};
 use crate::transport::{TlsFiles, Transport, TransportError};
 
 const NOW: u64 = T0 + 60_000;
@@ -314,7 +314,9 @@ async fn a_revoked_operator_is_refused_and_an_unrevoked_one_served() {
     let s = Setup::start().await;
     s.serve();
     let alice = operator(&s.certs, "alice");
-    s.n1.set_revoked(BTreeSet::from([fingerprint_of(&alice.cert)]));
+    s.n1.set_revoked(BTreeSet::from([crate::transport::tests::key_of(
+        &alice.cert,
+    )]));
     let err = s
         .ask(alice.clone(), AdminRequest::Status)
         .await
@@ -459,10 +461,13 @@ fn requests_round_trip_and_print_as_commands() {
         ),
         (
             AdminRequest::Revoke {
-                fingerprint: "sha256:00".into(),
+                key: "sha256:00".into(),
+                certificate: None,
+                node: None,
             },
-            "revoke sha256:00",
+            "revoke --fingerprint sha256:00",
         ),
+        (AdminRequest::Remove { node: "n4".into() }, "remove n4"),
     ];
     for (request, text) in requests {
         assert_eq!(request.to_string(), text);

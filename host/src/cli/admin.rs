@@ -70,16 +70,27 @@ pub enum AdminCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Revoke a certificate: every node refuses it from then on, for good.
+    /// Revoke a certificate's key: every node refuses every certificate that carries it,
+    /// for good, and a node it was issued to is removed from the cluster.
     #[command(group(clap::ArgGroup::new("which").required(true).args(["fingerprint", "certificate"])))]
     Revoke {
-        /// The certificate's fingerprint, sha256:<64 hex digits> (as `tenure status` shows).
+        /// The key's fingerprint, sha256:<64 hex digits> of its SubjectPublicKeyInfo (as
+        /// `tenure status` and `security.rejected` lines show).
         #[arg(long, value_name = "SHA256")]
         fingerprint: Option<String>,
         /// Or the certificate file (PEM) itself. (Its id is not `cert`, which the
         /// connection's `--cert` already uses.)
         #[arg(id = "certificate", value_name = "CERT.pem")]
         certificate: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Connection,
+    },
+    /// Remove a node that is gone for good: its session ends, its slots move, and it
+    /// leaves the Raft membership (to revoke its certificate too, use `revoke`).
+    Remove {
+        /// The node to remove.
+        #[arg(value_name = "NODE")]
+        name: String,
         #[command(flatten)]
         conn: Connection,
     },
@@ -194,26 +205,44 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
             certificate,
             conn,
         } => {
-            let fingerprint = match (fingerprint, certificate) {
-                (Some(text), None) => parse_fingerprint(&text).map_err(anyhow::Error::msg)?,
-                (None, Some(path)) => fingerprint_of(&path)?,
+            let request = match (fingerprint, certificate) {
+                (Some(text), None) => AdminRequest::Revoke {
+                    key: parse_fingerprint(&text).map_err(anyhow::Error::msg)?,
+                    certificate: None,
+                    node: None,
+                },
+                (None, Some(path)) => revocation_of(&path)?,
                 _ => anyhow::bail!("give either --fingerprint or a certificate file, not both"),
             };
-            (AdminRequest::Revoke { fingerprint }, conn, false)
+            (request, conn, false)
+        }
+        AdminCommand::Remove { name, conn } => {
+            pki::validate_name(&name)?;
+            (AdminRequest::Remove { node: name }, conn, false)
         }
     })
 }
 
-/// The fingerprint of the first certificate in a PEM file; says whose it is on stderr.
-fn fingerprint_of(path: &PathBuf) -> anyhow::Result<String> {
+/// The revocation of the key of the first certificate in a PEM file, with the
+/// certificate's fingerprint and its node; says whose it is on stderr.
+fn revocation_of(path: &PathBuf) -> anyhow::Result<AdminRequest> {
     let der = CertificateDer::from_pem_file(path)
         .with_context(|| format!("cannot read a PEM certificate from {}", path.display()))?;
-    let fingerprint = pki::fingerprint(&der);
-    match pki::identity_of(&der) {
-        Ok(identity) => eprintln!("revoking the certificate of {identity}: {fingerprint}"),
-        Err(_) => eprintln!("revoking certificate {fingerprint}"),
+    let key = pki::key_fingerprint(&der)?;
+    let certificate = pki::fingerprint(&der);
+    let identity = pki::identity_of(&der).ok();
+    match &identity {
+        Some(identity) => eprintln!("revoking the key of {identity}: {key}"),
+        None => eprintln!("revoking key {key}"),
     }
-    Ok(fingerprint)
+    let node = identity
+        .filter(|i| i.kind == pki::Kind::Node)
+        .map(|i| i.name);
+    Ok(AdminRequest::Revoke {
+        key,
+        certificate: Some(certificate),
+        node,
+    })
 }
 
 #[cfg(test)]
@@ -265,7 +294,15 @@ mod tests {
         let fp = format!("sha256:{}", "a".repeat(64));
         assert_eq!(
             request(&["revoke", "--fingerprint", &fp]),
-            AdminRequest::Revoke { fingerprint: fp }
+            AdminRequest::Revoke {
+                key: fp,
+                certificate: None,
+                node: None
+            }
+        );
+        assert_eq!(
+            request(&["remove", "n4"]),
+            AdminRequest::Remove { node: "n4".into() }
         );
         assert!(parse(&["revoke"]).is_err());
         assert!(parse(&["move", "billing"]).is_err(), "--to is required");
@@ -316,14 +353,17 @@ mod tests {
     }
 
     #[test]
-    fn revoking_by_file_uses_the_leaf_fingerprint() {
+    fn revoking_by_file_revokes_the_leaf_s_key_and_names_its_node() {
         let certs = crate::transport::tests::Certs::new();
         let files = certs.node("n1");
         let path = files.cert.to_str().unwrap();
+        let der = CertificateDer::from_pem_file(&files.cert).unwrap();
         assert_eq!(
             request(&["revoke", path]),
             AdminRequest::Revoke {
-                fingerprint: crate::transport::tests::fingerprint_of(&files.cert)
+                key: pki::key_fingerprint(&der).unwrap(),
+                certificate: Some(crate::transport::tests::fingerprint_of(&files.cert)),
+                node: Some("n1".into()),
             }
         );
         assert!(parse(&["revoke", path, "--fingerprint", "sha256:00"]).is_err());

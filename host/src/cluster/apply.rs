@@ -285,8 +285,27 @@ impl Cluster {
                 }
                 None => unknown(&node),
             },
-            Command::Revoke { fingerprint } => {
-                self.revoked.insert(fingerprint);
+            Command::Revoke {
+                key,
+                certificate,
+                node,
+                at_ms,
+            } => {
+                if let Some(node) = &node {
+                    self.remove_member(node, index, at_ms);
+                }
+                self.revoked.entry(key).or_insert(Revocation {
+                    certificate,
+                    node,
+                    at_ms,
+                });
+                Response::Done
+            }
+            Command::Remove { node, at_ms } => {
+                if !self.members.contains_key(&node) {
+                    return unknown(&node);
+                }
+                self.remove_member(&node, index, at_ms);
                 Response::Done
             }
         }
@@ -352,6 +371,15 @@ impl Cluster {
         for (resource, slot, token) in held {
             self.remove_slot(&resource, slot, token);
             self.record(index, at_ms, (&resource, slot, node, token), kind.clone());
+        }
+    }
+
+    /// Forgets member `node`, vacating its slots.
+    fn remove_member(&mut self, node: &str, index: u64, at_ms: u64) {
+        self.vacate_node(node, index, at_ms, HistoryKind::Removed);
+        self.members.remove(node);
+        for skipped in self.cooldown.values_mut() {
+            skipped.remove(node);
         }
     }
 

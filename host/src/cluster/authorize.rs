@@ -25,7 +25,7 @@
 //! | `Regrant`, `Release`, `GiveUp`, `SaveState` | the slot's grant under `token` is the member's | forbidden; a token that is not the slot's current one is applied, and answered `Stale` |
 //! | `BeginHandover` with reason `shutdown` | the slot's grant under `token` is the member's | as above |
 //! | `BeginHandover` for any other reason | never: placement (leader) or an operator | forbidden |
-//! | `SetDraining`, `Revoke` | never: operators only | forbidden |
+//! | `SetDraining`, `Revoke`, `Remove` | never: operators only | forbidden |
 //!
 //! The leader's own proposals ([`Proposal::One`]/[`Proposal::Batch`]) are not checked:
 //! they come from its own code (its placement, its expiry decisions, its node's own
@@ -109,7 +109,8 @@ pub fn authorize(cluster: &Cluster, by: &str, command: &Command) -> Result<(), S
         Command::SetDraining { node, .. } => Err(format!(
             "{by} may not drain or undrain {node}: operators only"
         )),
-        Command::Revoke { .. } => Err(format!("{by} may not revoke a certificate: operators only")),
+        Command::Revoke { .. } => Err(format!("{by} may not revoke a key: operators only")),
+        Command::Remove { node, .. } => Err(format!("{by} may not remove {node}: operators only")),
     }
 }
 
@@ -274,7 +275,10 @@ mod tests {
             ),
             (
                 Command::Revoke {
-                    fingerprint: "sha256:00".into(),
+                    key: "sha256:00".into(),
+                    certificate: None,
+                    node: None,
+                    at_ms: 0,
                 },
                 false,
                 false,
@@ -298,7 +302,10 @@ mod tests {
                 commands: vec![
                     save(token),
                     Command::Revoke {
-                        fingerprint: "sha256:00".into(),
+                        key: "sha256:00".into(),
+                        certificate: None,
+                        node: None,
+                        at_ms: 0,
                     },
                 ],
             },

@@ -3,7 +3,7 @@
 //! Everything here is serialized with postcard into the Raft log and snapshots, and with
 //! serde_json into `tenure status --json`, so maps are keyed by strings or integers only.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +20,9 @@ pub struct Cluster {
     pub resources: BTreeMap<String, BTreeMap<u32, Slot>>,
     /// Plugin state blobs, by resource.
     pub state: BTreeMap<String, Blob>,
-    /// Fingerprints (`sha256:<hex>`) of revoked certificates.
-    pub revoked: BTreeSet<String>,
+    /// Revoked keys, by key fingerprint (`crate::pki::key_fingerprint`): every
+    /// certificate carrying one of them is refused.
+    pub revoked: BTreeMap<String, Revocation>,
     /// Nodes skipped for a resource after its plugin kept failing there: resource →
     /// node → until (proposer wall clock, ms since the Unix epoch).
     pub cooldown: BTreeMap<String, BTreeMap<String, u64>>,
@@ -31,6 +32,18 @@ pub struct Cluster {
     pub preferred: BTreeMap<String, BTreeMap<u32, String>>,
     /// The last [`HISTORY_LEN`] ownership changes, oldest first.
     pub history: VecDeque<HistoryEntry>,
+}
+
+/// What an operator revoked, besides the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocation {
+    /// The fingerprint of the certificate the operator named (`crate::pki::fingerprint`),
+    /// if the key was revoked from a certificate file.
+    pub certificate: Option<String>,
+    /// The node that certificate was for; it was removed from the cluster with it.
+    pub node: Option<String>,
+    /// When (proposer wall clock, ms since the Unix epoch).
+    pub at_ms: u64,
 }
 
 /// A node of the cluster.
@@ -149,6 +162,8 @@ pub enum HistoryKind {
     GaveUp,
     /// The owner's session expired.
     Expired,
+    /// The owner was removed from the cluster (or its key revoked).
+    Removed,
 }
 
 /// What one Raft log entry carries: one command, or several applied in order.
@@ -294,8 +309,19 @@ pub enum Command {
     },
     /// Sets or clears a node's draining flag.
     SetDraining { node: String, draining: bool },
-    /// Revokes a certificate by fingerprint.
-    Revoke { fingerprint: String },
+    /// Revokes a key (`key`: its fingerprint) for good. `certificate` and `node` say what
+    /// the operator named, if they named a certificate; a node named is removed as by
+    /// [`Command::Remove`].
+    Revoke {
+        key: String,
+        certificate: Option<String>,
+        node: Option<String>,
+        at_ms: u64,
+    },
+    /// Removes a member: its session ends, its slots become vacant, and it is forgotten
+    /// (the leader also takes it out of the Raft membership). A node that comes back joins
+    /// again.
+    Remove { node: String, at_ms: u64 },
 }
 
 /// The answer to a command, once applied.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::shared::{Shared, now_ms};
 use crate::api::{Admin, AdminRequest, AdminResponse, RaftView, Status};
-use crate::cluster::Response;
+use crate::cluster::{Command, Response};
 use crate::events;
 use crate::placement;
 use crate::raft::ProposeError;
@@ -58,8 +58,26 @@ impl Admin for NodeAdmin {
                 return leader_or_wait(shared.control.leader());
             }
             tracing::info!(event = events::ADMIN_REQUEST, operator = %operator, request = ?request, "operator request");
+            let leaving = match &command {
+                Command::Revoke { node, .. } => node.clone(),
+                Command::Remove { node, .. } => Some(node.clone()),
+                _ => None,
+            };
             match shared.control.propose_here(command).await {
-                Ok(Response::Done) => Ok(AdminResponse::Done(message)),
+                Ok(Response::Done) => {
+                    // The member is gone from the replicated state; its Raft seat goes
+                    // too (a revoked node could not use it; a dead one would count
+                    // against the quorum).
+                    if let Some(node) = leaving
+                        && let Err(e) = shared.control.remove_member(&node).await
+                    {
+                        return Err(format!(
+                            "{message}; but {node} is still in the Raft membership ({e}): run \
+                             `tenure remove {node}` again"
+                        ));
+                    }
+                    Ok(AdminResponse::Done(message))
+                }
                 Ok(Response::Stale) => {
                     Err("the slot changed hands meanwhile; check `tenure status` and retry".into())
                 }

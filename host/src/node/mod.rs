@@ -130,9 +130,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         renewals.clone(),
     )
     .await?;
+    // Revocations in force when this node last stopped hold from its first handshake.
+    let mut revoked: BTreeSet<String> = {
+        let state = control.state();
+        let cluster = state.read().unwrap_or_else(|p| p.into_inner());
+        cluster.revoked.keys().cloned().collect()
+    };
     let transport = TransportConfig {
         listen,
         reset_key: Some(reset_key(&config.data_dir)?),
+        revoked: revoked.clone(),
         ..TransportConfig::default()
     };
     let rpc = Arc::new(Rpc::bind(transport, files, incarnation, service).await?);
@@ -215,7 +222,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut plugins = folder.plugins();
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
-    let mut revoked: BTreeSet<String> = BTreeSet::new();
 
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -251,7 +257,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
         owner.reconcile(&plugins, true).await;
         metrics_probe.set_running(owner.running());
-        let now_revoked = shared.read(|c| c.revoked.clone());
+        let now_revoked: BTreeSet<String> = shared.read(|c| c.revoked.keys().cloned().collect());
         if now_revoked != revoked {
             rpc.transport().set_revoked(now_revoked.clone());
             revoked = now_revoked;

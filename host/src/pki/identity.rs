@@ -92,6 +92,21 @@ pub fn fingerprint(cert_der: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(cert_der)))
 }
 
+/// The fingerprint of the certificate's key, `sha256:` and the lower-case hex SHA-256 of
+/// its DER SubjectPublicKeyInfo: what revocations are kept under. A certificate's own
+/// fingerprint is not enough: the same key and the same signed contents can be encoded
+/// as another valid certificate (with a P-256 CA, the signature (r, s) has the twin
+/// (r, n − s), which verifies too), and a key whose certificate is reissued is the same
+/// key.
+pub fn key_fingerprint(cert_der: &[u8]) -> Result<String, PkiError> {
+    let origin = der_origin(cert_der);
+    let x509 = cert::parse(cert_der, &origin)?;
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(x509.public_key().raw))
+    ))
+}
+
 /// [`identity_of`] for a parsed certificate, with errors naming `origin`.
 pub(crate) fn identity_in(x509: &X509Certificate<'_>, origin: &str) -> Result<Identity, PkiError> {
     const MISSING: &str = "no tenure://node/NAME or tenure://operator/NAME URI in its \

@@ -65,7 +65,7 @@ pub use ca::{CA_CERT_FILE, CA_KEY_FILE, init_ca};
 pub use dev::{DEV_OPERATOR, DEV_OPERATOR_FILE, DEV_VALIDITY_DAYS, DevCerts, ensure_dev_certs};
 pub use error::PkiError;
 pub use expiry::{EXPIRY_WARNING_FLOOR, ExpiryWarning, expiry_warning};
-pub use identity::{Identity, Kind, fingerprint, identity_of};
+pub use identity::{Identity, Kind, fingerprint, identity_of, key_fingerprint};
 pub use issue::{issue, rotate};
 pub use load::{NodeIdentity, load_ca_bundle, load_identity};
 pub use names::validate_name;

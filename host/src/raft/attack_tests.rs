@@ -20,14 +20,18 @@ use crate::transport::tests::init_logs;
 /// The answer to an INSTALL_SNAPSHOT call.
 type SnapshotAnswer = Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>;
 
+/// The variant tag `Command::Batch` would have today (it was 13 before issue 13, a tag
+/// `Command::Remove` has since): one past the last command.
+const BATCH_TAG: u8 = 14;
+
 /// The PROPOSE payload of `depth` batches nested in one another, in the layout
-/// `Command::Batch(Vec<Command>)` had before issue 13: the variant tag of `Batch` (13)
-/// and a one-element length, `depth` times, then an empty batch. Two bytes per level:
-/// 100,000 levels fit in one message, far more than any thread's stack can decode
-/// recursively. Today no type can hold such a nesting; the bytes stay the attack.
+/// `Command::Batch(Vec<Command>)` had before issue 13: the variant tag of `Batch` and a
+/// one-element length, `depth` times, then an empty batch. Two bytes per level: 100,000
+/// levels fit in one message, far more than any thread's stack can decode recursively.
+/// Today no type can hold such a nesting; the bytes stay the attack.
 pub(super) fn nested_batches(depth: usize) -> Vec<u8> {
-    let mut bytes = [13u8, 1].repeat(depth);
-    bytes.extend_from_slice(&[13, 0]);
+    let mut bytes = [BATCH_TAG, 1].repeat(depth);
+    bytes.extend_from_slice(&[BATCH_TAG, 0]);
     bytes
 }
 
@@ -270,7 +274,10 @@ async fn a_member_proposing_commands_about_another_node_is_refused_and_counted()
             at_ms: 1,
         },
         Command::Revoke {
-            fingerprint: format!("sha256:{}", "00".repeat(32)),
+            key: format!("sha256:{}", "00".repeat(32)),
+            certificate: None,
+            node: None,
+            at_ms: 1,
         },
         Command::SetDraining {
             node: victim.into(),

@@ -266,8 +266,8 @@ fn the_seeds_decode_and_a_nested_batch_does_not() {
     }
     // One level is a batch, the only nesting there is.
     assert!(
-        decode::<Proposal>(10, &[1, 1, 12, 0]).is_ok(),
-        "Batch([Revoke(\"\")])"
+        decode::<Proposal>(10, &[1, 1, 11, 0, 0]).is_ok(),
+        "Batch([SetDraining(\"\", false)])"
     );
 }
 

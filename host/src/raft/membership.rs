@@ -245,6 +245,39 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// On the leader: takes node `name` out of the Raft membership (voter or learner);
+    /// nothing if it is not in it. The remaining learners are promoted as usual if the
+    /// voters fall below the target.
+    pub(crate) async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
+        let id = super::types::node_id(name);
+        let (voter, member) = {
+            let metrics = self.metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            (
+                membership.voter_ids().any(|v| v == id),
+                membership.get_node(&id).is_some(),
+            )
+        };
+        let change = match (voter, member) {
+            (true, _) => ChangeMembers::RemoveVoters([id].into()),
+            (false, true) => ChangeMembers::RemoveNodes([id].into()),
+            (false, false) => return Ok(()),
+        };
+        let bound = self.options.join_catch_up;
+        match tokio::time::timeout(bound, self.raft.change_membership(change, false)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "removed a raft member");
+                Ok(())
+            }
+            Ok(Err(e)) => Err(ControlError::NotLeader(e.to_string())),
+            Err(_) => Err(ControlError::NotLeader(format!(
+                "removing {name} did not commit within {bound:?}"
+            ))),
+        }
+    }
+}
+
 /// The background task: promotes learners while this node leads, and reports a fatal
 /// Raft error once. Ends when `stop` turns true.
 pub(crate) async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

@@ -88,6 +88,9 @@ pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 use crate::cluster::{Cluster, Command, Outcome, Proposal, Response};
 use crate::rpc::{Rpc, Service};
 use log_store::LogStore;
+
+/// How long opening waits for openraft to replay the log up to its committed entry.
+const REPLAY_BOUND: Duration = Duration::from_secs(10);
 use network::{Attached, Endpoint, Network};
 use state_machine::StateMachine;
 use types::{CheckIsLeaderError, InitializeError, Raft};
@@ -288,7 +291,14 @@ impl Control {
         })?;
         let cluster = sm.cluster();
         let applied = sm.applied_index();
-        let log_store = LogStore::new(db.clone(), options.max_payload / 2);
+        let mut log_store = LogStore::new(db.clone(), options.max_payload / 2);
+        let committed = openraft::storage::RaftLogStorage::read_committed(&mut log_store)
+            .await
+            .map_err(|e| ControlError::Storage {
+                path: db::path(&options.data_dir),
+                reason: e.to_string(),
+            })?
+            .map_or(0, |id| id.index);
         let weak = Arc::downgrade(&db);
         drop(db);
         let me = node_id(&options.name);
@@ -297,6 +307,21 @@ impl Control {
         let raft = Raft::new(me, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| ControlError::Start(e.to_string()))?;
+        // openraft replays the log up to the stored committed pointer on its own; wait for
+        // it, so that what the node does first (refusing revoked keys, `status`) rests on
+        // the state it had when it stopped, not on its last snapshot.
+        let mut replay = applied.clone();
+        let replayed = tokio::time::timeout(REPLAY_BOUND, replay.wait_for(|at| *at >= committed))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !replayed {
+            tracing::warn!(
+                event = crate::events::CONTROL_ERROR,
+                committed,
+                applied = *applied.borrow(),
+                "the log was not replayed up to its committed entry in time; going on"
+            );
+        }
         let shared = Arc::new(Shared {
             metrics: raft.metrics(),
             raft,
@@ -425,6 +450,12 @@ impl Control {
                 "a single command was answered as a batch".into(),
             )),
         }
+    }
+
+    /// On the leader: takes node `name` out of the Raft membership (see
+    /// `membership.rs`). For a node an operator removed or whose key was revoked.
+    pub async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
+        self.shared.remove_member(name).await
     }
 
     /// Commits `commands` as one log entry, applied in order, and returns one answer per

@@ -7,6 +7,7 @@
 //! This does not parse files or flags: the node's config (`crate::config`) owns that and
 //! fills these structs in.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +58,11 @@ pub struct TransportConfig {
     /// previous run is told at its next packet that the connection is gone, rather than
     /// sending into it until `idle_timeout` (RFC 9000 §10.3).
     pub reset_key: Option<ResetKey>,
+    /// Key fingerprints refused from the first handshake on (see
+    /// `Transport::set_revoked`, which replaces them later). A node passes the set its
+    /// replica held when it stopped, so a restart serves no revoked peer, not even before
+    /// the replica is read again (default: none).
+    pub revoked: BTreeSet<String>,
 }
 
 impl Default for TransportConfig {
@@ -74,6 +80,7 @@ impl Default for TransportConfig {
             reload_interval: Duration::from_millis(500),
             bind_retry: Duration::from_secs(3),
             reset_key: None,
+            revoked: BTreeSet::new(),
         }
     }
 }

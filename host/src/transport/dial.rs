@@ -357,8 +357,8 @@ impl Shared {
             }
             Err(Refused::Revoked) => {
                 Counters::bump(&self.counters.revoked);
-                let fingerprint = &live.peer.fingerprint;
-                let reason = format!("its certificate {fingerprint} is revoked");
+                let fingerprint = &live.peer.key;
+                let reason = format!("its key {fingerprint} is revoked");
                 conn.close(wire::CLOSE_IDENTITY, b"your certificate is revoked");
                 self.log_revoked(&format!("node {peer}"), addr, fingerprint, "dial refused");
                 return Err(TransportError::PeerRejected {

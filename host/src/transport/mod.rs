@@ -36,9 +36,10 @@
 //! - interpret bodies: they are opaque (signed envelopes; `crate::envelope` checks sender,
 //!   recipient, replay and skew, and uses [`PeerInfo::cert`] to verify signatures);
 //! - authorize: the handler sees [`PeerInfo::identity`] (node or operator) and decides;
-//! - decide revocation: revoked fingerprints live in the replicated state, above this
-//!   layer, which hands the set to [`Transport::set_revoked`]; the transport enforces it
-//!   (handshakes with a revoked leaf are refused both ways, live connections are closed);
+//! - decide revocation: revoked key fingerprints live in the replicated state, above this
+//!   layer, which hands the set to [`Transport::set_revoked`] (and to
+//!   [`TransportConfig::revoked`] before the first handshake); the transport enforces it
+//!   (handshakes with a revoked key are refused both ways, live connections are closed);
 //! - retry a request that may have run (only refusals that promise it did not), resolve
 //!   names, or back off: callers pass the address and own the retry policy.
 
@@ -136,13 +137,16 @@ impl Transport {
         let (tls, server_config) = TlsState::new(&config, provider, own, trust)?;
         let endpoint = bind_endpoint(&config, server_config).await?;
         let (closing, closing_rx) = tokio::sync::watch::channel(false);
+        let registry = Registry::default();
+        // Before the accept loop starts: no connection exists to be found.
+        registry.set_revoked(config.revoked.clone());
         let shared = Arc::new(Shared {
             permits: Arc::new(Semaphore::new(config.max_connections)),
             config,
             endpoint,
             handler,
             tls,
-            registry: Registry::default(),
+            registry,
             peers: Peers::default(),
             counters: Counters::default(),
             limiter: std::sync::Mutex::new(RateLimiter::new(
@@ -228,22 +232,23 @@ impl Transport {
             .collect()
     }
 
-    /// Replaces the set of revoked certificate fingerprints ([`crate::pki::fingerprint`]
-    /// format, `sha256:<hex>` of the leaf's DER). From now on a handshake, dialed or
-    /// accepted, whose peer leaf is in the set is refused, and every live connection to or
+    /// Replaces the set of revoked key fingerprints ([`crate::pki::key_fingerprint`],
+    /// `sha256:<hex>` of the leaf's SubjectPublicKeyInfo). From now on a handshake, dialed
+    /// or accepted, whose peer leaf's key is in the set is refused (whatever certificate
+    /// carries the key), and every live connection to or
     /// from such a peer is closed at once (its requests in flight fail): a revoked key
     /// gets no grace. Each refusal and closure is logged as `security.rejected` with
     /// reason `revoked` and counted in [`TransportStats::revoked`]. A smaller set lets a
     /// certificate no longer in it connect again.
     pub fn set_revoked(&self, fingerprints: BTreeSet<String>) {
         for live in self.shared.registry.set_revoked(fingerprints) {
-            let reason = format!("certificate {} is revoked", live.peer.fingerprint);
+            let reason = format!("key {} is revoked", live.peer.key);
             live.conn.close(wire::CLOSE_IDENTITY, reason.as_bytes());
             Counters::bump(&self.shared.counters.revoked);
             self.shared.log_revoked(
                 &live.peer.identity.to_string(),
                 live.peer.remote,
-                &live.peer.fingerprint,
+                &live.peer.key,
                 "connection closed",
             );
         }
@@ -323,7 +328,7 @@ impl Shared {
 
     /// Logs a refusal or closure for revocation (rate-limited with the other refusal
     /// lines): `security.rejected` with `reason = "revoked"`, so that an audit can count
-    /// them apart from certificate-validation failures, and the fingerprint.
+    /// them apart from certificate-validation failures, and the key's fingerprint.
     pub(crate) fn log_revoked(
         &self,
         peer: &str,
@@ -345,7 +350,7 @@ impl Shared {
                 fingerprint,
                 action,
                 suppressed,
-                "refused: the peer's certificate is revoked"
+                "refused: the peer's key is revoked"
             );
         }
     }

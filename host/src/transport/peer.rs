@@ -27,8 +27,11 @@ pub struct PeerInfo {
     pub identity: Identity,
     /// The peer's leaf certificate, e.g. for `pki::Verifier::from_cert`.
     pub cert: CertificateDer<'static>,
-    /// The leaf's [`pki::fingerprint`], the handle under which revocations are kept.
+    /// The leaf's [`pki::fingerprint`], the handle used in messages and caches.
     pub fingerprint: String,
+    /// The leaf's key's [`pki::key_fingerprint`], the handle under which revocations are
+    /// kept (every encoding and every reissue of a certificate for the same key has it).
+    pub key: String,
     /// The peer's UDP address as we see it.
     pub remote: SocketAddr,
 }
@@ -59,6 +62,7 @@ pub(crate) fn authenticate(
     let info = PeerInfo {
         identity,
         fingerprint: pki::fingerprint(&leaf),
+        key: pki::key_fingerprint(&leaf).map_err(|e| e.to_string())?,
         cert: leaf,
         remote: conn.remote_address(),
     };

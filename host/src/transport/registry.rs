@@ -23,8 +23,8 @@
 //! and the resolver serves the new certificate before retire_all runs, so no connection
 //! with the old certificate can slip in between.
 //!
-//! **Revocation.** The registry also holds the set of revoked leaf fingerprints
-//! ([`Registry::set_revoked`]). [`Registry::admit`] refuses a connection whose peer is in
+//! **Revocation.** The registry also holds the set of revoked key fingerprints
+//! ([`Registry::set_revoked`]; a peer is revoked when its leaf's key is). [`Registry::admit`] refuses a connection whose peer is in
 //! it, and `set_revoked` returns the live connections whose peer is, under the same lock:
 //! so a handshake that completes while the set changes is either refused by `admit` or
 //! found by `set_revoked`, never neither. Which fingerprints are revoked is decided above
@@ -200,7 +200,7 @@ impl Registry {
         if tls.own.current().generation != live.own_generation {
             return Err(Refused::OwnChanged);
         }
-        if self.revoked.load().contains(&live.peer.fingerprint) {
+        if self.revoked.load().contains(&live.peer.key) {
             return Err(Refused::Revoked);
         }
         let current = tls.current();
@@ -254,7 +254,7 @@ impl Registry {
         let found = map
             .values()
             .filter(|live| live.conn.close_reason().is_none())
-            .filter(|live| fingerprints.contains(&live.peer.fingerprint))
+            .filter(|live| fingerprints.contains(&live.peer.key))
             .cloned()
             .collect();
         self.revoked.store(Arc::new(fingerprints));

@@ -135,8 +135,8 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
         Err(Refused::Revoked) => {
             Counters::bump(&shared.counters.handshakes_rejected);
             Counters::bump(&shared.counters.revoked);
-            let fingerprint = &live.peer.fingerprint;
-            let reason = format!("certificate {fingerprint} is revoked");
+            let fingerprint = &live.peer.key;
+            let reason = format!("key {fingerprint} is revoked");
             conn.close(wire::CLOSE_IDENTITY, reason.as_bytes());
             shared.log_revoked(&who, remote, fingerprint, "handshake refused");
             return;

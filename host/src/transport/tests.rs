@@ -55,14 +55,13 @@ pub(crate) struct Certs {
 
 impl Certs {
     pub(crate) fn new() -> Certs {
+        Certs::with(Algo::Ed25519)
+    }
+
+    /// A CA whose key (and so whose signatures) use `algo`.
+    pub(crate) fn with(algo: Algo) -> Certs {
         let dir = TempDir::new().unwrap();
-        pki::init_ca(
-            &dir.path().join("ca"),
-            Algo::Ed25519,
-            3650,
-            IfExists::Refuse,
-        )
-        .unwrap();
+        pki::init_ca(&dir.path().join("ca"), algo, 3650, IfExists::Refuse).unwrap();
         Certs { dir }
     }
 
@@ -152,6 +151,97 @@ pub(crate) fn fingerprint_of(path: &Path) -> String {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     pki::fingerprint(&CertificateDer::from_pem_file(path).unwrap())
+}
+
+/// The [`pki::key_fingerprint`] of the certificate in a PEM file.
+pub(crate) fn key_of(path: &Path) -> String {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    pki::key_fingerprint(&CertificateDer::from_pem_file(path).unwrap()).unwrap()
+}
+
+/// The twin of a certificate signed with ECDSA P-256: the same contents with the
+/// signature (r, s) replaced by (r, n − s), which verifies as well (ECDSA signatures are
+/// malleable; webpki does not require a low s). Another DER, so another certificate
+/// fingerprint, for the same key and the same identity.
+pub(crate) fn ecdsa_twin(der: &[u8]) -> Vec<u8> {
+    /// The order of the P-256 group.
+    const N: [u8; 32] = [
+        0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63,
+        0x25, 0x51,
+    ];
+    /// A DER element at the start of `bytes`: (tag, content, the rest).
+    fn element(bytes: &[u8]) -> (u8, &[u8], &[u8]) {
+        let (tag, first) = (bytes[0], bytes[1]);
+        let (len, header) = if first < 0x80 {
+            (first as usize, 2)
+        } else {
+            let n = (first & 0x7f) as usize;
+            let len = bytes[2..2 + n]
+                .iter()
+                .fold(0usize, |acc, b| acc << 8 | *b as usize);
+            (len, 2 + n)
+        };
+        (tag, &bytes[header..header + len], &bytes[header + len..])
+    }
+    fn encode(tag: u8, content: &[u8]) -> Vec<u8> {
+        let len = content.len();
+        let mut out = vec![tag];
+        if len < 0x80 {
+            out.push(len as u8);
+        } else {
+            let bytes: Vec<u8> = len
+                .to_be_bytes()
+                .into_iter()
+                .skip_while(|b| *b == 0)
+                .collect();
+            out.push(0x80 | bytes.len() as u8);
+            out.extend(bytes);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+    /// A positive DER INTEGER of the big-endian `value`.
+    fn integer(value: &[u8]) -> Vec<u8> {
+        let mut digits: Vec<u8> = value.iter().copied().skip_while(|b| *b == 0).collect();
+        if digits.first().is_none_or(|b| b & 0x80 != 0) {
+            digits.insert(0, 0);
+        }
+        encode(0x02, &digits)
+    }
+    let (_, certificate, _) = element(der);
+    let (_, _, rest) = element(certificate);
+    let tbs = &certificate[..certificate.len() - rest.len()];
+    let (_, _, after_algorithm) = element(rest);
+    let algorithm = &rest[..rest.len() - after_algorithm.len()];
+    let (tag, bits, _) = element(after_algorithm);
+    assert_eq!((tag, bits[0]), (0x03, 0), "a BIT STRING signature");
+    let (_, pair, _) = element(&bits[1..]);
+    let (_, r, after_r) = element(pair);
+    let (_, s, _) = element(after_r);
+    // n − s, on 32-byte big-endian numbers.
+    let mut s32 = [0u8; 32];
+    let s = &s[s.len().saturating_sub(32)..];
+    s32[32 - s.len()..].copy_from_slice(s);
+    let mut twin = [0u8; 32];
+    let mut borrow = 0i16;
+    for i in (0..32).rev() {
+        let d = N[i] as i16 - s32[i] as i16 - borrow;
+        (twin[i], borrow) = if d < 0 {
+            ((d + 256) as u8, 1)
+        } else {
+            (d as u8, 0)
+        };
+    }
+    let mut signature = integer(r);
+    signature.extend(integer(&twin));
+    let mut bit_string = vec![0u8];
+    bit_string.extend(encode(0x30, &signature));
+    let mut body = tbs.to_vec();
+    body.extend_from_slice(algorithm);
+    body.extend(encode(0x03, &bit_string));
+    encode(0x30, &body)
 }
 
 /// Answers `whoami` with the peer's identity, `fail` with an error, `big` with more than
@@ -990,7 +1080,7 @@ async fn a_revoked_certificate_is_refused_both_ways_and_cut_off() {
     assert_eq!(to_n2(&n1), 2, "one connection each way");
 
     n1.transport
-        .set_revoked(std::collections::BTreeSet::from([n2_fingerprint.clone()]));
+        .set_revoked(std::collections::BTreeSet::from([key_of(&n2.files.cert)]));
     assert_eq!(n1.transport.stats().revoked, 2);
     wait_until("n1 to drop both connections with n2", || to_n2(&n1) == 0).await;
     wait_until("n2 to see both connections closed", || {
@@ -1030,6 +1120,69 @@ async fn a_revoked_certificate_is_refused_both_ways_and_cut_off() {
     n2.assert_serves(&n1).await;
     n1.assert_serves(&n2).await;
     for node in [&n1, &n2, &n3] {
+        node.transport.close().await;
+    }
+}
+
+/// Revocation is by key: the (r, n − s) twin of a revoked P-256 certificate carries the
+/// same key, so it is refused too, although its DER (and certificate fingerprint) differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ecdsa_twin_of_a_revoked_certificate_is_refused() {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    init_logs();
+    let certs = Certs::with(Algo::P256);
+    let n1 = Node::start("n1", certs.node("n1")).await;
+    let files = certs.node("n2");
+    let original = CertificateDer::from_pem_file(&files.cert).unwrap();
+    let twin = ecdsa_twin(&original);
+    assert_ne!(pki::fingerprint(&twin), pki::fingerprint(&original));
+    assert!(pki::identity_of(&twin).is_ok(), "the twin parses");
+    assert_eq!(
+        pki::key_fingerprint(&twin).unwrap(),
+        pki::key_fingerprint(&original).unwrap()
+    );
+    let twin_files = TlsFiles {
+        cert: certs.dir.path().join("n2-twin.pem"),
+        ..files.clone()
+    };
+    let pem = pem::encode(&pem::Pem::new("CERTIFICATE", twin));
+    fs::write(&twin_files.cert, pem).unwrap();
+    // The twin is a valid certificate: served before the revocation.
+    let n2 = Node::start("n2", twin_files).await;
+    n2.assert_serves(&n1).await;
+
+    // The operator revokes the certificate file they have, the original.
+    n1.transport
+        .set_revoked(std::collections::BTreeSet::from([key_of(&files.cert)]));
+    wait_until("n1 to cut the twin off", || !n2.connected_to("n1")).await;
+    let err = n2.ask(&n1, b"hi").await.unwrap_err();
+    assert!(
+        matches!(&err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
+        "{err}"
+    );
+    for node in [&n1, &n2] {
+        node.transport.close().await;
+    }
+}
+
+/// Keys revoked in the configuration are refused from the first handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_revoked_at_bind_are_refused_from_the_first_handshake() {
+    init_logs();
+    let certs = Certs::new();
+    let n2 = Node::start("n2", certs.node("n2")).await;
+    let config = TransportConfig {
+        revoked: std::collections::BTreeSet::from([key_of(&n2.files.cert)]),
+        ..config()
+    };
+    let n1 = Node::start_with("n1", certs.node("n1"), config).await;
+    let err = n2.ask(&n1, b"hi").await.unwrap_err();
+    assert!(
+        matches!(&err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
+        "{err}"
+    );
+    for node in [&n1, &n2] {
         node.transport.close().await;
     }
 }
