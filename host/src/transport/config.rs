@@ -22,7 +22,8 @@ pub struct TransportConfig {
     pub listen: SocketAddr,
     /// Largest request or response body sent or accepted, in bytes (default 1 MiB, the
     /// DESIGN.md bound). An incoming frame announcing more is refused before anything is
-    /// allocated; a request body over it fails locally with nothing sent.
+    /// allocated; a request body over it fails locally with nothing sent. It also sizes
+    /// the QUIC receive windows: one frame per stream, two per connection.
     pub max_frame: usize,
     /// Bound on one request as the caller sees it: dialing if needed, sending, the remote
     /// handler, the response (default 5 s). Also bounds a remote handler on the server side.

@@ -24,6 +24,7 @@ use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
 use rustls::server::NoServerSessionStorage;
 
+use super::frame::HEADER_LEN;
 use super::resolver::OwnCert;
 use super::trust::Trust;
 use super::wire::ALPN;
@@ -109,6 +110,12 @@ fn tls_error(e: impl std::fmt::Display) -> TransportError {
 }
 
 /// QUIC settings shared by all connections of one role.
+///
+/// The receive windows are what a peer may have sent us that we have not read yet:
+/// quinn's defaults are about 1.25 MB per stream and no limit per connection, so a peer
+/// could park 64 × 1.25 MB in every connection. Here a stream may carry one whole
+/// message ahead of our reading (a status byte, a header and `max_frame` bytes: one
+/// request or response never waits on its own window) and a connection two.
 fn transport_config(
     config: &TransportConfig,
     incoming_streams: u32,
@@ -116,12 +123,25 @@ fn transport_config(
     let mut t = quinn::TransportConfig::default();
     let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
         .map_err(|_| TransportError::Config("idle_timeout is too long".into()))?;
+    let (stream_window, connection_window) = receive_windows(config.max_frame);
+    t.stream_receive_window(stream_window)
+        .receive_window(connection_window);
     t.max_idle_timeout(Some(idle))
         .keep_alive_interval(Some(config.keep_alive))
         .max_concurrent_bidi_streams(incoming_streams.into())
         .max_concurrent_uni_streams(0u32.into())
         .datagram_receive_buffer_size(None);
     Ok(t)
+}
+
+/// The stream and connection receive windows for frames of at most `max_frame` bytes.
+pub(crate) fn receive_windows(max_frame: usize) -> (quinn::VarInt, quinn::VarInt) {
+    // `max_frame` is at most `MAX_FRAME_LIMIT` (64 MiB), far below a VarInt's range.
+    let stream = (max_frame + HEADER_LEN + 1) as u32;
+    (
+        quinn::VarInt::from_u32(stream),
+        quinn::VarInt::from_u32(2 * stream),
+    )
 }
 
 fn server_config(
