@@ -693,6 +693,25 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
         None
     });
     eprintln!("revoked: {}", status["revoked"]);
+    let revoked = &status["revoked"][0];
+    assert_eq!(revoked["node"], victim.as_str(), "{revoked}");
+    assert!(
+        revoked["key"].is_string() && revoked["certificate"].is_string(),
+        "key and certificate: {revoked}"
+    );
+
+    eprintln!("phase: {victim} has left the cluster state and the Raft membership");
+    c.wait("the revoked node to leave the status", WAIT, |c| {
+        let status = c.status_via(via);
+        let gone = status["nodes"]
+            .as_array()
+            .is_some_and(|nodes| nodes.iter().all(|n| n["name"] != victim.as_str()));
+        if gone {
+            return Some(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        None
+    });
 
     eprintln!("phase: {victim} is cut off: it loses its lease and its slot moves");
     c.wait_event(

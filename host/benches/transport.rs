@@ -45,7 +45,8 @@ const CRYPTO_WARMUP: usize = 500;
 const PAYLOADS: [usize; 2] = [256, 64 << 10];
 const ENVELOPE_N: usize = 2000;
 const ENVELOPE_WARMUP: usize = 100;
-/// Fresh transport pairs whose first request is timed.
+/// Fresh transport pairs whose first request is timed (`TENURE_BENCH_HANDSHAKES`
+/// overrides it, e.g. to measure the handshake's cost alone with more samples).
 const HANDSHAKE_RUNS: usize = 10;
 /// Request body lengths for the steady-state round trip.
 const BODIES: [usize; 2] = [64, 64 << 10];
@@ -274,8 +275,12 @@ async fn transport_section(n1: TlsFiles, n2: TlsFiles) -> anyhow::Result<Vec<Fig
     let mut figures = Vec::new();
 
     let small = pattern(BODIES[0]);
-    let mut first = Vec::with_capacity(HANDSHAKE_RUNS);
-    for run in 0..=HANDSHAKE_RUNS {
+    let runs = std::env::var("TENURE_BENCH_HANDSHAKES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(HANDSHAKE_RUNS);
+    let mut first = Vec::with_capacity(runs);
+    for run in 0..=runs {
         let pair = Pair::bind(&n1, &n2).await?;
         let took = round_trip(&pair.n1, pair.n2_addr, &small).await?;
         pair.close().await;

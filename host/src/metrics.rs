@@ -332,7 +332,7 @@ impl Answer {
 /// | `tenure_rpc_sent_total`, `tenure_rpc_failed_total`, `tenure_rpc_served_total` | counter | `kind`, `name` |
 /// | `tenure_envelope_rejections_total` | counter | `reason` |
 /// | `tenure_control_refused_total` (forbidden, not-a-voter, join-for-another) | counter | `reason` |
-/// | `tenure_transport_<counter>_total` (handshakes_rejected, handshakes_failed, connections_refused, connections_retired, streams_rejected, requests_retried, revoked, reloads, reload_failures) | counter | |
+/// | `tenure_transport_<counter>_total` (retries, handshakes_evicted, handshakes_rejected, handshakes_failed, connections_refused, connections_retired, streams_rejected, requests_retried, revoked, reloads, reload_failures) | counter | |
 /// | `tenure_raft_term`, `tenure_raft_is_leader`, `tenure_raft_leader_known`, `tenure_raft_applied_index`, `tenure_raft_voters`, `tenure_raft_learners` | gauge | |
 /// | `tenure_cluster_members`, `tenure_cluster_sessions`, `tenure_cluster_resources`, `tenure_cluster_slots_assigned` | gauge | |
 /// | `tenure_slots_owned`, `tenure_plugins_running` | gauge | |
@@ -384,6 +384,16 @@ pub fn render(sample: &Sample, out: &mut String) {
     let t = &sample.transport;
     for (field, value, help) in [
         (
+            "retries",
+            t.retries,
+            "Initials from unvalidated addresses answered with a QUIC Retry.",
+        ),
+        (
+            "handshakes_evicted",
+            t.handshakes_evicted,
+            "Handshakes in progress abandoned for a newer one at the handshake limit.",
+        ),
+        (
             "handshakes_rejected",
             t.handshakes_rejected,
             "Incoming handshakes refused for a security reason.",
@@ -396,7 +406,7 @@ pub fn render(sample: &Sample, out: &mut String) {
         (
             "connections_refused",
             t.connections_refused,
-            "Incoming connections refused at the connection limit.",
+            "Authenticated connections refused at the node's or the identity's connection limit.",
         ),
         (
             "connections_retired",

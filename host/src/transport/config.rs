@@ -23,7 +23,8 @@ pub struct TransportConfig {
     pub listen: SocketAddr,
     /// Largest request or response body sent or accepted, in bytes (default 1 MiB, the
     /// DESIGN.md bound). An incoming frame announcing more is refused before anything is
-    /// allocated; a request body over it fails locally with nothing sent.
+    /// allocated; a request body over it fails locally with nothing sent. It also sizes
+    /// the QUIC receive windows: one frame per stream, two per connection.
     pub max_frame: usize,
     /// Bound on one request as the caller sees it: dialing if needed, sending, the remote
     /// handler, the response (default 5 s). Also bounds a remote handler on the server side.
@@ -39,9 +40,22 @@ pub struct TransportConfig {
     /// Incoming streams a peer may have open at once on one connection (default 64); QUIC
     /// flow control makes its further requests wait at the peer, not pile up here.
     pub max_streams_per_connection: u32,
-    /// Incoming connections (including those still in their handshake) accepted at once
-    /// (default 256); further attempts are refused.
+    /// Established incoming connections (authenticated) at once (default 256); a
+    /// connection over it is closed right after its handshake. Handshakes have a budget
+    /// of their own, `max_handshakes`, so they cannot use this one up.
     pub max_connections: usize,
+    /// Incoming handshakes in progress at once (default 64), from addresses validated by
+    /// a QUIC Retry. When all are in progress, the oldest is abandoned for a new one: a
+    /// handshake that completes needs a round trip or two, one that stalls ages out.
+    pub max_handshakes: usize,
+    /// Established incoming connections one identity (node or operator name) may hold
+    /// (default 16), so that one certificate cannot take every connection.
+    pub max_connections_per_peer: usize,
+    /// Requests of one identity read or handled at once, across all its connections
+    /// (default 64); its further streams wait, unread, inside the receive windows. With
+    /// the windows this bounds what one identity can make us buffer: about
+    /// `max_requests_per_peer × max_frame + max_connections_per_peer × 2 × max_frame`.
+    pub max_requests_per_peer: usize,
     /// A connection that hears nothing (keep-alives included) for this long is dead
     /// (default 10 s).
     pub idle_timeout: Duration,
@@ -75,6 +89,9 @@ impl Default for TransportConfig {
             stream_read_timeout: Duration::from_secs(5),
             max_streams_per_connection: 64,
             max_connections: 256,
+            max_handshakes: 64,
+            max_connections_per_peer: 16,
+            max_requests_per_peer: 64,
             idle_timeout: Duration::from_secs(10),
             keep_alive: Duration::from_secs(2),
             reload_interval: Duration::from_millis(500),
@@ -117,8 +134,19 @@ impl TransportConfig {
                 self.keep_alive, self.idle_timeout
             ));
         }
-        if self.max_streams_per_connection == 0 || self.max_connections == 0 {
-            return bad("max_streams_per_connection and max_connections must be at least 1".into());
+        for (name, value) in [
+            (
+                "max_streams_per_connection",
+                self.max_streams_per_connection as usize,
+            ),
+            ("max_connections", self.max_connections),
+            ("max_handshakes", self.max_handshakes),
+            ("max_connections_per_peer", self.max_connections_per_peer),
+            ("max_requests_per_peer", self.max_requests_per_peer),
+        ] {
+            if value == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
         }
         Ok(())
     }

@@ -1,7 +1,11 @@
 //! Length-prefixed frames: a `u32` big-endian length, then that many bytes.
 //!
 //! The length is checked against the receiver's limit **before** any buffer is allocated,
-//! so a peer that announces 4 GiB costs four bytes of reading, not 4 GiB of memory. A frame
+//! so a peer that announces 4 GiB costs four bytes of reading, not 4 GiB of memory. Within
+//! the limit, the buffer still follows the bytes, not the announcement: it grows as they
+//! arrive (at most doubling, never past the announced length), so a peer that announces
+//! a full frame and sends nothing costs nothing, and one that sends half of it costs
+//! about half. A frame
 //! must also be the last thing on its side of the stream: a stream that ends inside a frame
 //! or carries bytes after it is malformed, which keeps the protocol free of ambiguity.
 //!
@@ -69,12 +73,43 @@ pub(crate) fn header(len: usize) -> [u8; HEADER_LEN] {
 
 /// Reads one frame of at most `max` bytes.
 pub(crate) async fn read_frame(recv: &mut RecvStream, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut body = Vec::new();
+    read_frame_into(recv, max, &mut body).await?;
+    Ok(body)
+}
+
+/// Reads one frame of at most `max` bytes into `body` (emptied first). Kept apart from
+/// [`read_frame`] so that a test can look at the buffer of a read that has not finished.
+pub(crate) async fn read_frame_into(
+    recv: &mut RecvStream,
+    max: usize,
+    body: &mut Vec<u8>,
+) -> Result<(), FrameError> {
     let mut head = [0u8; HEADER_LEN];
     read_exact(recv, &mut head).await?;
     let len = check_header(head, max)?;
-    let mut body = vec![0u8; len];
-    read_exact(recv, &mut body).await?;
-    Ok(body)
+    body.clear();
+    while body.len() < len {
+        match recv.read_chunk(len - body.len(), true).await {
+            Ok(Some(chunk)) => {
+                make_room(body, chunk.bytes.len(), len);
+                body.extend_from_slice(&chunk.bytes);
+            }
+            Ok(None) => return Err(FrameError::Truncated),
+            Err(e) => return Err(FrameError::Read(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Makes room in `body` for `more` bytes of a frame of `len` bytes: at least double the
+/// capacity when it grows (so copying stays linear), never more than `len`.
+fn make_room(body: &mut Vec<u8>, more: usize, len: usize) {
+    let need = body.len() + more;
+    if need > body.capacity() {
+        let target = need.max(body.capacity() * 2).min(len).max(need);
+        body.reserve_exact(target - body.len());
+    }
 }
 
 /// Reads one byte (the response status).
@@ -131,6 +166,25 @@ mod tests {
             } else {
                 let refused = matches!(checked, Err(FrameError::TooLarge { len: l, .. }) if l == len as u64);
                 prop_assert!(refused);
+            }
+        }
+    }
+
+    proptest! {
+        /// However the bytes of a frame arrive, its buffer ends at most its length and,
+        /// on the way, at most twice what arrived.
+        #[test]
+        fn buffers_follow_the_bytes(len in 1usize..=1 << 20, chunks in proptest::collection::vec(1usize..=70_000, 1..200)) {
+            let mut body = Vec::new();
+            for chunk in chunks {
+                let more = chunk.min(len - body.len());
+                make_room(&mut body, more, len);
+                body.resize(body.len() + more, 0);
+                prop_assert!(body.capacity() <= len);
+                prop_assert!(body.capacity() <= 2 * body.len().max(more));
+                if body.len() == len {
+                    break;
+                }
             }
         }
     }

@@ -22,10 +22,26 @@
 //! new CA everywhere, reissue certificates, remove the old CA) without a failed request,
 //! and a peer left with a certificate from the removed CA is cut off.
 //!
-//! **Bounds.** Frames are checked before allocating; streams per connection, connections,
-//! handshakes, request delivery, handlers and dials all have limits (`serve.rs`, `dial.rs`,
-//! [`TransportConfig`]); refusals are counted ([`TransportStats`]) and logged at a limited
-//! rate (`Shared::log_rejection`).
+//! **Bounds.** What a stranger or one certificate can make a node hold is bounded
+//! (`serve.rs`, `budget.rs`, [`TransportConfig`]):
+//! - an Initial from an address that has not proved it receives our packets is answered
+//!   with a stateless QUIC Retry and forgotten, so a flood of Initials from fresh (or
+//!   spoofed) source ports holds nothing and costs no TLS work; every new connection pays
+//!   one extra round trip for it (the measured cost is in ARCHITECTURE.md);
+//! - handshakes have their own budget (`max_handshakes`), apart from established
+//!   connections (`max_connections`): when it is full the oldest handshake gives way, so
+//!   handshakes that stall on purpose cannot keep a completing one out, and cannot take
+//!   the slots authenticated peers and operators use;
+//! - one identity holds at most `max_connections_per_peer` connections and has at most
+//!   `max_requests_per_peer` requests read or handled at once, across its connections;
+//! - bytes: QUIC receive windows of one frame per stream and two per connection, and
+//!   frames checked against `max_frame` before anything is allocated, their buffers
+//!   grown with the bytes that arrive, never from the announced length;
+//! - streams per connection, request delivery, handlers and dials have limits too
+//!   (`dial.rs`).
+//!
+//! Refusals are counted ([`TransportStats`]) and logged at a limited rate
+//! (`Shared::log_rejection`).
 //!
 //! **Shutdown** ([`Transport::close`]): the watcher is told to stop, the endpoint closes
 //! every connection (`CLOSE_SHUTDOWN`), then `close` waits for the endpoint to go idle and
@@ -43,6 +59,7 @@
 //! - retry a request that may have run (only refusals that promise it did not), resolve
 //!   names, or back off: callers pass the address and own the retry policy.
 
+mod budget;
 mod config;
 mod dial;
 mod error;
@@ -142,6 +159,11 @@ impl Transport {
         registry.set_revoked(config.revoked.clone());
         let shared = Arc::new(Shared {
             permits: Arc::new(Semaphore::new(config.max_connections)),
+            handshakes: budget::Handshakes::new(config.max_handshakes),
+            shares: budget::PeerShares::new(
+                config.max_connections_per_peer,
+                config.max_requests_per_peer,
+            ),
             config,
             endpoint,
             handler,
@@ -288,8 +310,12 @@ pub(crate) struct Shared {
     pub(crate) peers: Peers,
     pub(crate) counters: Counters,
     pub(crate) limiter: std::sync::Mutex<RateLimiter>,
-    /// One per accepted connection, handshakes included.
+    /// One per established accepted connection (`max_connections`).
     pub(crate) permits: Arc<Semaphore>,
+    /// The handshakes in progress (`max_handshakes`).
+    pub(crate) handshakes: budget::Handshakes,
+    /// Each identity's accepted connections and requests.
+    pub(crate) shares: budget::PeerShares,
     /// Set once, when the transport shuts down.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }

@@ -1,12 +1,26 @@
 //! The serving side: accepting connections and answering their streams.
 //!
 //! Every bound is here, because this is where a hostile or broken peer can push:
-//! - connections: at most `max_connections` accepted at once, handshakes included; more
-//!   are refused before any cryptography runs;
-//! - handshakes: at most `dial_timeout` each; certificate and identity refusals are logged
-//!   (rate-limited) and counted;
+//! - addresses: an Initial from an address that has not proved it receives our packets
+//!   is answered with a stateless QUIC Retry and forgotten, so spoofed or fire-and-forget
+//!   Initials (a flood from fresh source ports) cost one packet each and hold nothing;
+//!   only an Initial that carries a valid Retry token starts a handshake. Every new
+//!   connection pays one round trip for this (see the transport essay for the figure);
+//! - handshakes: at most `max_handshakes` at once, a budget of their own (`budget.rs`):
+//!   when it is full the oldest handshake in progress gives way to the newcomer, so
+//!   handshakes that stall on purpose cannot keep out one that completes; each lasts at
+//!   most `dial_timeout`; certificate and identity refusals are logged (rate-limited) and
+//!   counted;
+//! - established connections: at most `max_connections`, and at most
+//!   `max_connections_per_peer` per identity, checked once the handshake says who the
+//!   peer is; a connection over either is closed with `CLOSE_BUSY`;
 //! - streams per connection: QUIC stream credit (`max_streams_per_connection`), so excess
-//!   requests wait at the peer instead of piling up here;
+//!   requests wait at the peer instead of piling up here; and at most
+//!   `max_requests_per_peer` requests of one identity read or handled at once, across its
+//!   connections: its further streams are not read until one ends;
+//! - bytes: QUIC receive windows of one frame per stream and two per connection
+//!   (`tls.rs`), so what a peer has sent and we have not read is bounded; a frame's
+//!   buffer grows with the bytes that arrived, never with the length announced;
 //! - each stream: `stream_read_timeout` to deliver exactly one frame of at most `max_frame`
 //!   bytes (checked before allocating) and finish; a stream that fails this is stopped and
 //!   reset with a code saying why, counted, logged, and nothing else is affected;
@@ -24,6 +38,7 @@ use std::sync::Arc;
 use quinn::{Incoming, RecvStream, SendStream, VarInt};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::budget::{HandshakeSlot, PeerShare};
 use super::error::{HandshakeFailure, explain_tls, handshake_failure};
 use super::frame::{self, FrameError};
 use super::registry::{Direction, InFlight, Live, Refused};
@@ -34,27 +49,27 @@ use crate::events::{SECURITY_REJECTED, TRANSPORT_REJECTED};
 /// Accepts connections until the endpoint closes.
 pub(crate) async fn accept_loop(shared: Arc<Shared>) {
     while let Some(incoming) = shared.endpoint.accept().await {
-        let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
-            Counters::bump(&shared.counters.connections_refused);
-            let remote = incoming.remote_address();
-            incoming.refuse();
-            shared.log_rejection(
-                TRANSPORT_REJECTED,
-                "unknown",
-                remote,
-                &format!(
-                    "connection limit of {} reached; connection refused",
-                    shared.config.max_connections
-                ),
-            );
+        if !incoming.remote_address_validated() {
+            // Stateless: quinn keeps nothing of this Initial; the client comes back with
+            // the token, from an address it has shown it can receive at.
+            Counters::bump(&shared.counters.retries);
+            if let Err(e) = incoming.retry() {
+                // Only an Initial that already answered a Retry cannot get another, and
+                // such an Initial is validated; kept for safety.
+                e.into_incoming().ignore();
+            }
             continue;
-        };
-        tokio::spawn(accept_one(shared.clone(), incoming, permit));
+        }
+        let (slot, evicted) = shared.handshakes.enter();
+        if evicted {
+            Counters::bump(&shared.counters.handshakes_evicted);
+        }
+        tokio::spawn(accept_one(shared.clone(), incoming, slot));
     }
 }
 
 /// Completes one handshake, checks the peer, and serves the connection until it closes.
-async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemaphorePermit) {
+async fn accept_one(shared: Arc<Shared>, incoming: Incoming, mut slot: HandshakeSlot) {
     let remote = incoming.remote_address();
     // Noted before the handshake picks its server configuration and asks the resolver for
     // our certificate (see `Registry::admit`).
@@ -66,7 +81,20 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
             Err(e) => Err(e),
         }
     };
-    let conn = match tokio::time::timeout(shared.config.dial_timeout, handshake).await {
+    let outcome = tokio::select! {
+        outcome = tokio::time::timeout(shared.config.dial_timeout, handshake) => outcome,
+        () = slot.evicted() => {
+            // Dropping the handshake closes it.
+            let reason = format!(
+                "handshake abandoned for a newer one: {} handshakes in progress",
+                shared.config.max_handshakes
+            );
+            shared.log_rejection(TRANSPORT_REJECTED, "unknown", remote, &reason);
+            return;
+        }
+    };
+    drop(slot);
+    let conn = match outcome {
         Err(_) => {
             Counters::bump(&shared.counters.handshakes_failed);
             let reason = format!(
@@ -107,6 +135,9 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
         Err(reason) => return refuse("unknown", reason),
     };
     let who = info.identity.to_string();
+    let Some((_permit, share)) = admit_budget(&shared, &conn, &info.identity, &who, remote) else {
+        return;
+    };
     let live = Arc::new(Live::new(
         conn.clone(),
         info,
@@ -143,16 +174,57 @@ async fn accept_one(shared: Arc<Shared>, incoming: Incoming, _permit: OwnedSemap
         }
     }
     tracing::debug!(peer = %who, %remote, "connection accepted");
-    serve_connection(&shared, &live).await;
+    serve_connection(&shared, &live, &share).await;
     shared.registry.remove(&live);
 }
 
-/// Takes streams from one connection until it closes.
-async fn serve_connection(shared: &Arc<Shared>, live: &Arc<Live>) {
+/// A place for an authenticated connection in the node's budget of established
+/// connections and in its identity's share, or `None` after closing it with `CLOSE_BUSY`
+/// (counted and logged).
+fn admit_budget(
+    shared: &Shared,
+    conn: &quinn::Connection,
+    identity: &crate::pki::Identity,
+    who: &str,
+    remote: std::net::SocketAddr,
+) -> Option<(OwnedSemaphorePermit, PeerShare)> {
+    let refused = match shared.permits.clone().try_acquire_owned() {
+        Err(_) => Err(format!(
+            "connection limit of {} reached",
+            shared.config.max_connections
+        )),
+        Ok(permit) => match shared.shares.admit(identity) {
+            Ok(share) => Ok((permit, share)),
+            Err(held) => Err(format!("{who} already holds {held} connections, its limit")),
+        },
+    };
+    match refused {
+        Ok(admitted) => Some(admitted),
+        Err(reason) => {
+            Counters::bump(&shared.counters.connections_refused);
+            conn.close(wire::CLOSE_BUSY, reason.as_bytes());
+            let reason = format!("{reason}; connection refused");
+            shared.log_rejection(TRANSPORT_REJECTED, who, remote, &reason);
+            None
+        }
+    }
+}
+
+/// Takes streams from one connection until it closes. A stream is read only once its
+/// identity has a request to spare (`max_requests_per_peer`, shared by all of that
+/// identity's connections); until then it, and the streams after it, wait unread.
+async fn serve_connection(shared: &Arc<Shared>, live: &Arc<Live>, share: &PeerShare) {
     while let Ok((mut send, mut recv)) = live.conn.accept_bi().await {
+        let permit = tokio::select! {
+            permit = share.requests.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = live.conn.closed() => return,
+        };
         match live.begin() {
             Some(flight) => {
-                tokio::spawn(serve_stream(shared.clone(), flight, send, recv));
+                tokio::spawn(serve_stream(shared.clone(), flight, permit, send, recv));
             }
             None => {
                 // Retiring: refuse unprocessed, so the dialer retries on a new connection.
@@ -163,9 +235,11 @@ async fn serve_connection(shared: &Arc<Shared>, live: &Arc<Live>) {
 }
 
 /// Reads one request, runs the handler, writes the response, and waits for its delivery.
+/// `_request` is the identity's request permit, held until the stream is done.
 async fn serve_stream(
     shared: Arc<Shared>,
     flight: InFlight,
+    _request: OwnedSemaphorePermit,
     mut send: SendStream,
     mut recv: RecvStream,
 ) {

@@ -14,7 +14,14 @@ pub struct TransportStats {
     pub handshakes_rejected: u64,
     /// Incoming handshakes that failed otherwise (peer aborted, timed out, bad ALPN).
     pub handshakes_failed: u64,
-    /// Incoming connections refused because `max_connections` was reached.
+    /// Initials answered with a QUIC Retry (their address was not yet validated);
+    /// nothing is kept for them.
+    pub retries: u64,
+    /// Handshakes in progress abandoned for a newer one because `max_handshakes` were
+    /// in progress.
+    pub handshakes_evicted: u64,
+    /// Authenticated connections refused because `max_connections` was reached or the
+    /// peer's identity held `max_connections_per_peer` already.
     pub connections_refused: u64,
     /// Connections retired because the peer's certificate no longer verifies.
     pub connections_retired: u64,
@@ -37,6 +44,8 @@ pub struct TransportStats {
 pub(crate) struct Counters {
     pub(crate) handshakes_rejected: AtomicU64,
     pub(crate) handshakes_failed: AtomicU64,
+    pub(crate) retries: AtomicU64,
+    pub(crate) handshakes_evicted: AtomicU64,
     pub(crate) connections_refused: AtomicU64,
     pub(crate) connections_retired: AtomicU64,
     pub(crate) streams_rejected: AtomicU64,
@@ -58,6 +67,8 @@ impl Counters {
         TransportStats {
             handshakes_rejected: get(&self.handshakes_rejected),
             handshakes_failed: get(&self.handshakes_failed),
+            retries: get(&self.retries),
+            handshakes_evicted: get(&self.handshakes_evicted),
             connections_refused: get(&self.connections_refused),
             connections_retired: get(&self.connections_retired),
             streams_rejected: get(&self.streams_rejected),

@@ -24,6 +24,8 @@ use super::*;
 use crate::pki::{self, Algo, IfExists, Kind, Subject};
 use crate::runtime::BoxFuture;
 
+mod budgets;
+
 /// Generous bound for anything polled.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -400,6 +402,16 @@ impl Load {
 
 /// A quinn client with a certificate of our making but none of the transport's logic.
 async fn raw_connection(files: &TlsFiles, server: &Node) -> (quinn::Endpoint, quinn::Connection) {
+    let (endpoint, connecting) = raw_connect(files, server.addr, &server.name);
+    (endpoint, connecting.await.unwrap())
+}
+
+/// Starts a raw connection to `name` at `addr` (see [`raw_connection`]).
+fn raw_connect(
+    files: &TlsFiles,
+    addr: SocketAddr,
+    name: &str,
+) -> (quinn::Endpoint, quinn::Connecting) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let own = resolver::Own::new(
         pki::load_identity(&files.cert, &files.key).unwrap(),
@@ -410,12 +422,8 @@ async fn raw_connection(files: &TlsFiles, server: &Node) -> (quinn::Endpoint, qu
         trust::Trust::from_bundle(&pki::load_ca_bundle(&files.ca).unwrap(), &provider).unwrap();
     let client = tls::raw_client_config(&provider, &Arc::new(resolver::OwnCert::new(own)), &trust);
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let conn = endpoint
-        .connect_with(client, server.addr, &server.name)
-        .unwrap()
-        .await
-        .unwrap();
-    (endpoint, conn)
+    let connecting = endpoint.connect_with(client, addr, name).unwrap();
+    (endpoint, connecting)
 }
 
 /// Sends raw `bytes` on a new stream (finishing it if `finish`) and returns how the

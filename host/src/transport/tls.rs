@@ -24,6 +24,7 @@ use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
 use rustls::server::NoServerSessionStorage;
 
+use super::frame::HEADER_LEN;
 use super::resolver::OwnCert;
 use super::trust::Trust;
 use super::wire::ALPN;
@@ -45,6 +46,10 @@ pub(crate) struct TlsState {
     pub(crate) own: Arc<OwnCert>,
     current: ArcSwap<TrustGen>,
     server_transport: Arc<quinn::TransportConfig>,
+    /// The key of our Retry tokens, one for the endpoint's life: a server configuration
+    /// rebuilt for a new bundle must still accept the tokens the previous one handed out,
+    /// or a dial that raced a reload would be refused.
+    token_key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
     client_transport: Arc<quinn::TransportConfig>,
 }
 
@@ -62,7 +67,8 @@ impl TlsState {
         // connection we dialed.
         let client_transport = Arc::new(transport_config(config, 0)?);
         let client = client_config(&provider, &own, &trust, &client_transport)?;
-        let server = server_config(&provider, &own, &trust, &server_transport)?;
+        let token_key = token_key()?;
+        let server = server_config(&provider, &own, &trust, &server_transport, &token_key)?;
         let state = TlsState {
             provider,
             own,
@@ -72,6 +78,7 @@ impl TlsState {
                 client,
             }),
             server_transport,
+            token_key,
             client_transport,
         };
         Ok((state, server))
@@ -90,7 +97,13 @@ impl TlsState {
         endpoint: &quinn::Endpoint,
         trust: Trust,
     ) -> Result<Arc<TrustGen>, TransportError> {
-        let server = server_config(&self.provider, &self.own, &trust, &self.server_transport)?;
+        let server = server_config(
+            &self.provider,
+            &self.own,
+            &trust,
+            &self.server_transport,
+            &self.token_key,
+        )?;
         let client = client_config(&self.provider, &self.own, &trust, &self.client_transport)?;
         endpoint.set_server_config(Some(server));
         let generation = self.current.load().generation + 1;
@@ -109,6 +122,12 @@ fn tls_error(e: impl std::fmt::Display) -> TransportError {
 }
 
 /// QUIC settings shared by all connections of one role.
+///
+/// The receive windows are what a peer may have sent us that we have not read yet:
+/// quinn's defaults are about 1.25 MB per stream and no limit per connection, so a peer
+/// could park 64 × 1.25 MB in every connection. Here a stream may carry one whole
+/// message ahead of our reading (a status byte, a header and `max_frame` bytes: one
+/// request or response never waits on its own window) and a connection two.
 fn transport_config(
     config: &TransportConfig,
     incoming_streams: u32,
@@ -116,6 +135,9 @@ fn transport_config(
     let mut t = quinn::TransportConfig::default();
     let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
         .map_err(|_| TransportError::Config("idle_timeout is too long".into()))?;
+    let (stream_window, connection_window) = receive_windows(config.max_frame);
+    t.stream_receive_window(stream_window)
+        .receive_window(connection_window);
     t.max_idle_timeout(Some(idle))
         .keep_alive_interval(Some(config.keep_alive))
         .max_concurrent_bidi_streams(incoming_streams.into())
@@ -124,11 +146,34 @@ fn transport_config(
     Ok(t)
 }
 
+/// The stream and connection receive windows for frames of at most `max_frame` bytes.
+pub(crate) fn receive_windows(max_frame: usize) -> (quinn::VarInt, quinn::VarInt) {
+    // `max_frame` is at most `MAX_FRAME_LIMIT` (64 MiB), far below a VarInt's range.
+    let stream = (max_frame + HEADER_LEN + 1) as u32;
+    (
+        quinn::VarInt::from_u32(stream),
+        quinn::VarInt::from_u32(2 * stream),
+    )
+}
+
+/// A random key for Retry tokens (what quinn's `ServerConfig::with_crypto` makes, kept).
+fn token_key() -> Result<Arc<dyn quinn::crypto::HandshakeTokenKey>, TransportError> {
+    use ring::rand::SecureRandom;
+    let mut secret = [0u8; 64];
+    ring::rand::SystemRandom::new()
+        .fill(&mut secret)
+        .map_err(|_| TransportError::Tls("no randomness for the Retry token key".into()))?;
+    Ok(Arc::new(
+        ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&secret),
+    ))
+}
+
 fn server_config(
     provider: &Arc<CryptoProvider>,
     own: &Arc<OwnCert>,
     trust: &Trust,
     transport: &Arc<quinn::TransportConfig>,
+    token_key: &Arc<dyn quinn::crypto::HandshakeTokenKey>,
 ) -> Result<quinn::ServerConfig, TransportError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -140,7 +185,7 @@ fn server_config(
     tls.send_tls13_tickets = 0;
     tls.max_early_data_size = 0;
     let crypto = QuicServerConfig::try_from(Arc::new(tls)).map_err(tls_error)?;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut server = quinn::ServerConfig::new(Arc::new(crypto), token_key.clone());
     server.transport_config(transport.clone());
     Ok(server)
 }

@@ -38,6 +38,11 @@ pub(crate) const CLOSE_RETIRED_FORCED: VarInt = VarInt::from_u32(2);
 /// no longer verifies against a bundle loaded during the handshake).
 pub(crate) const CLOSE_IDENTITY: VarInt = VarInt::from_u32(3);
 
+/// Connection close: refused after the handshake because a budget is full: the node's
+/// established connections, or the peer identity's share of them. Nothing was processed,
+/// but a new connection would meet the same limit, so the dialer does not retry at once.
+pub(crate) const CLOSE_BUSY: VarInt = VarInt::from_u32(4);
+
 /// Stream refused unprocessed: the connection is being retired; retry on a new one.
 pub(crate) const STREAM_REFUSED: VarInt = VarInt::from_u32(1);
 /// Stream refused: the frame's length prefix exceeds the receiver's limit.
@@ -65,6 +70,7 @@ pub(crate) fn close_code_name(code: VarInt) -> &'static str {
         1 => "connection retired",
         2 => "connection retired with requests in flight",
         3 => "identity refused",
+        4 => "connection limit reached",
         _ => "unknown code",
     }
 }
