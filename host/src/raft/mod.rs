@@ -55,6 +55,7 @@ mod network;
 mod propose;
 mod refusals;
 mod rejoin;
+mod rounds;
 mod service;
 mod snapshot_data;
 mod state_machine;
@@ -269,6 +270,8 @@ pub(crate) struct Shared {
     heard: heard::Heard,
     /// Members' messages refused as not their business (`refusals.rs`).
     refusals: refusals::Refusals,
+    /// Leadership rounds, one at a time and shared (`rounds.rs`).
+    rounds: rounds::Rounds,
 }
 
 impl Control {
@@ -334,6 +337,7 @@ impl Control {
             appends: watch::Sender::new(0),
             heard: heard::Heard::default(),
             refusals: refusals::Refusals::default(),
+            rounds: rounds::Rounds::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -553,8 +557,20 @@ impl Control {
 
     /// Confirms that this node is still the leader with a heartbeat round to a quorum of
     /// voters that starts after this call, and that its state has applied everything
-    /// committed before it. A partitioned or deposed leader gets an error.
+    /// committed before it. A partitioned or deposed leader gets an error. Concurrent
+    /// callers share rounds, one in flight at a time (`rounds.rs`).
     pub async fn ensure_leadership(&self) -> Result<(), ControlError> {
+        let called = Instant::now();
+        self.shared.rounds.confirm(called, self.round()).await
+    }
+
+    /// How many leadership rounds [`Control::ensure_leadership`] has run.
+    pub fn leadership_rounds(&self) -> u64 {
+        self.shared.rounds.run()
+    }
+
+    /// One heartbeat round to a quorum, bounded in time.
+    async fn round(&self) -> Result<(), ControlError> {
         let bound = self.shared.options.election_max * 4;
         match tokio::time::timeout(bound, self.shared.raft.ensure_linearizable()).await {
             Ok(Ok(_)) => Ok(()),

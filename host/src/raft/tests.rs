@@ -635,3 +635,25 @@ fn an_unreachable_peer_does_not_flood_the_log() {
     );
     assert!(filtered.len() <= 3, "{filtered:#?}");
 }
+
+/// Each session renewal asks the leader for a leadership round; a burst of them used to
+/// run a quorum round each, all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_leadership_checks_share_rounds() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let control = group.control(&leader);
+    control.ensure_leadership().await.unwrap();
+    let before = control.leadership_rounds();
+    let checks: Vec<_> = (0..40).map(|_| control.ensure_leadership()).collect();
+    for result in futures::future::join_all(checks).await {
+        result.unwrap();
+    }
+    let rounds = control.leadership_rounds() - before;
+    println!("40 concurrent leadership checks ran {rounds} rounds");
+    assert!(rounds <= 3, "{rounds} rounds for 40 checks");
+    group.shutdown().await;
+}
