@@ -700,13 +700,16 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
         "key and certificate: {revoked}"
     );
 
-    eprintln!("phase: {victim} has left the cluster state and the Raft membership");
-    c.wait("the revoked node to leave the status", WAIT, |c| {
-        let status = c.status_via(via);
-        let gone = status["nodes"]
+    eprintln!("phase: {victim} has left the Raft membership");
+    let role = |status: &Value| {
+        status["nodes"]
             .as_array()
-            .is_some_and(|nodes| nodes.iter().all(|n| n["name"] != victim.as_str()));
-        if gone {
+            .and_then(|nodes| nodes.iter().find(|n| n["name"] == victim.as_str()))
+            .map(|n| n["role"].clone())
+    };
+    c.wait("the revoked node to leave the Raft membership", WAIT, |c| {
+        let status = c.status_via(via);
+        if matches!(role(&status), Some(r) if r == "outside") {
             return Some(());
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -728,4 +731,19 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
         owners.iter().all(|o| others.contains(&o.node))
     });
     assert_safe(&c.merged(), "pair", 2);
+
+    eprintln!("phase: its session over, the operator removes {victim}");
+    c.wait("the revoked node's session to expire", WAIT, |c| {
+        let status = c.status_via(via);
+        let node = status["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["name"] == victim.as_str()).cloned());
+        if node.is_some_and(|n| n["session"].is_null()) {
+            return Some(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        None
+    });
+    ok(&c.admin_as(via, OPERATOR, &["remove", &victim]), "remove");
+    assert_eq!(role(&c.status_via(via)), None, "{victim} is forgotten");
 }

@@ -128,7 +128,11 @@ pub fn describe(command: &Command, cluster: &Cluster) -> String {
         }
         Command::Revoke { key, node, .. } => {
             let removed = node.as_ref().map_or(String::new(), |node| {
-                format!("; node {node} is removed from the cluster (its slots move)")
+                format!(
+                    "; node {node} leaves the Raft membership, its session expires when its \
+                     lease runs out and its slots move then (`tenure remove {node}` forgets it \
+                     after that)"
+                )
             });
             format!(
                 "revoked key {key}: every node refuses every certificate that carries it from \
@@ -136,8 +140,8 @@ pub fn describe(command: &Command, cluster: &Cluster) -> String {
             )
         }
         Command::Remove { node, .. } => format!(
-            "removed node {node}: its slots move, and it leaves the Raft membership; if it \
-             comes back it must join again"
+            "removed node {node}: it is forgotten and leaves the Raft membership; if it comes \
+             back it joins again"
         ),
         other => format!("{other:?}"),
     }

@@ -233,7 +233,6 @@ impl Status {
                     HistoryKind::Released => ("released", None),
                     HistoryKind::GaveUp => ("gave-up", None),
                     HistoryKind::Expired => ("expired", None),
-                    HistoryKind::Removed => ("removed", None),
                 };
                 HistoryView {
                     index: h.index,

@@ -291,9 +291,10 @@ impl Cluster {
                 node,
                 at_ms,
             } => {
-                if let Some(node) = &node {
-                    self.remove_member(node, index, at_ms);
-                }
+                // The node's session is left to expire: its renewals stop (every node
+                // refuses its key), and its slots are vacated only once its lease has run
+                // out, as for any node that went silent. Ending it here would grant its
+                // slots while its plugins may still run.
                 self.revoked.entry(key).or_insert(Revocation {
                     certificate,
                     node,
@@ -301,11 +302,21 @@ impl Cluster {
                 });
                 Response::Done
             }
-            Command::Remove { node, at_ms } => {
-                if !self.members.contains_key(&node) {
+            Command::Remove { node, .. } => {
+                let Some(member) = self.members.get(&node) else {
                     return unknown(&node);
+                };
+                // Only a node whose lease is over: its slots went with its session.
+                if member.session.is_some() {
+                    return Response::Refused(format!(
+                        "{node} has a session: it may still be running plugins; stop it (or \
+                         revoke its certificate) and remove it once its session has expired"
+                    ));
                 }
-                self.remove_member(&node, index, at_ms);
+                self.members.remove(&node);
+                for skipped in self.cooldown.values_mut() {
+                    skipped.remove(&node);
+                }
                 Response::Done
             }
         }
@@ -371,15 +382,6 @@ impl Cluster {
         for (resource, slot, token) in held {
             self.remove_slot(&resource, slot, token);
             self.record(index, at_ms, (&resource, slot, node, token), kind.clone());
-        }
-    }
-
-    /// Forgets member `node`, vacating its slots.
-    fn remove_member(&mut self, node: &str, index: u64, at_ms: u64) {
-        self.vacate_node(node, index, at_ms, HistoryKind::Removed);
-        self.members.remove(node);
-        for skipped in self.cooldown.values_mut() {
-            skipped.remove(node);
         }
     }
 
@@ -484,6 +486,37 @@ mod tests {
             Response::Granted { token, .. } => token,
             other => panic!("not granted: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_member_is_removed_only_once_its_session_is_over() {
+        let mut log = Log::new();
+        let session = log.session("a");
+        let token = token(log.assign("r", 0, "a", session));
+        let remove = || Command::Remove {
+            node: "a".into(),
+            at_ms: 9,
+        };
+        // While its session lives, its plugins may run: refused, nothing changes.
+        assert!(matches!(log.apply(remove()), Response::Refused(m) if m.contains("session")));
+        assert_eq!(log.cluster.slot("r", 0).map(|s| s.token), Some(token));
+        // Revoking its key does not end the session either: it expires when renewals stop.
+        log.apply(Command::Revoke {
+            key: "sha256:aa".into(),
+            certificate: None,
+            node: Some("a".into()),
+            at_ms: 9,
+        });
+        assert!(log.cluster.members["a"].session.is_some());
+        log.apply(Command::EndSession {
+            node: "a".into(),
+            session,
+            expired_in: Some(1),
+            at_ms: 10,
+        });
+        assert_eq!(log.apply(remove()), Response::Done);
+        assert!(!log.cluster.members.contains_key("a"));
+        assert!(log.cluster.revoked.contains_key("sha256:aa"));
     }
 
     #[test]

@@ -162,8 +162,6 @@ pub enum HistoryKind {
     GaveUp,
     /// The owner's session expired.
     Expired,
-    /// The owner was removed from the cluster (or its key revoked).
-    Removed,
 }
 
 /// What one Raft log entry carries: one command, or several applied in order.
@@ -310,17 +308,17 @@ pub enum Command {
     /// Sets or clears a node's draining flag.
     SetDraining { node: String, draining: bool },
     /// Revokes a key (`key`: its fingerprint) for good. `certificate` and `node` say what
-    /// the operator named, if they named a certificate; a node named is removed as by
-    /// [`Command::Remove`].
+    /// the operator named, if they named a certificate. The node's session is not ended
+    /// here: it expires when its renewals stop, as every node then refuses its key.
     Revoke {
         key: String,
         certificate: Option<String>,
         node: Option<String>,
         at_ms: u64,
     },
-    /// Removes a member: its session ends, its slots become vacant, and it is forgotten
-    /// (the leader also takes it out of the Raft membership). A node that comes back joins
-    /// again.
+    /// Forgets a member that has no session (a node gone for good, whose lease is over);
+    /// refused while it has one. The leader also takes it out of the Raft membership. A
+    /// node that comes back joins again.
     Remove { node: String, at_ms: u64 },
 }
 
