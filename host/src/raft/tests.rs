@@ -654,6 +654,9 @@ async fn concurrent_leadership_checks_share_rounds() {
     }
     let rounds = control.leadership_rounds() - before;
     println!("40 concurrent leadership checks ran {rounds} rounds");
-    assert!(rounds <= 3, "{rounds} rounds for 40 checks");
+    // Checks that arrive while a round is in flight wait for the next one, so the count
+    // depends on how the 40 calls are interleaved (2 on a quiet machine, up to 4 seen
+    // under load); one round per check is what sharing removes.
+    assert!(rounds <= 10, "{rounds} rounds for 40 checks");
     group.shutdown().await;
 }
