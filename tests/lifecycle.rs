@@ -596,3 +596,53 @@ fn stdout_and_stderr_are_captured_without_terminal_escapes() {
         );
     }
 }
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A plugin hands `state.save` and `log` 48 MiB of its memory, far over the 64 KiB a
+/// state blob may hold and the 4 KiB a log line keeps: the host refuses (or cuts) from
+/// the length and copies nothing. Measured as the node's peak resident memory, reset once
+/// the plugin runs (`/proc/PID/clear_refs`); a host that copies first takes 48 MiB for
+/// each call.
+#[test]
+fn a_huge_save_or_log_line_is_refused_without_copying_it() {
+    let mut node = Node::new("huge");
+    node.install_fixture(
+        "save-huge",
+        "memory = \"128MiB\"\nstop_grace = \"200ms\"\ncleanup_timeout = \"1s\"\n",
+    );
+    node.spawn();
+    let refused = log_starting("save-huge", "save-huge refused");
+    let first = node.wait_for("a first refused save", &refused, WAIT);
+    assert!(
+        message(&first).contains("TooLarge(65536)"),
+        "{}",
+        message(&first)
+    );
+    let pid = node.pid();
+    // Resets the peak (VmHWM) to the current resident size.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let base = proc_status_kib(pid, "VmRSS");
+    let seen = node.count(&refused);
+    node.wait_until(
+        "five more refused saves",
+        |events| events.iter().filter(|e| refused(e)).count() >= seen + 5,
+        WAIT,
+    );
+    let peak = proc_status_kib(pid, "VmHWM");
+    println!("resident before the calls {base} KiB, peak during them {peak} KiB");
+    assert!(
+        peak < base + 16 * 1024,
+        "the node's peak grew by {} KiB over five calls",
+        peak.saturating_sub(base)
+    );
+    node.kill();
+}

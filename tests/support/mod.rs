@@ -796,6 +796,11 @@ impl Node {
         eprintln!("[{}] removed plugins/{file_name}", self.name);
     }
 
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.run().child.id()
+    }
+
     /// Sends a signal (e.g. `libc::SIGINT`) to the node.
     pub fn signal(&self, signal: libc::c_int) {
         let pid = self.run().child.id() as libc::pid_t;

@@ -73,6 +73,12 @@ impl state::Host for HostState {
         if data.len() > MAX_STATE_BYTES {
             return Err(into_wit(StateError::TooLarge(MAX_STATE_BYTES as u32)));
         }
+        // Each save is a commit on every node: paced (guest_data.rs).
+        if !self.save_pace.turn(&self.ctx.signals).await {
+            return Err(into_wit(StateError::Unavailable(
+                "the plugin is being stopped".into(),
+            )));
+        }
         // The one lease check every effect asks (lease.rs); the backend's token check
         // then fences a save that was proposed in time but committed late.
         if self.ctx.may_act().is_err() {

@@ -31,6 +31,7 @@
 mod bindings;
 mod cache;
 mod env;
+mod guest_data;
 pub mod http;
 mod imports;
 mod instance;
@@ -308,6 +309,7 @@ impl Runtime {
         tcp::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        guest_data::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         let cache = cache_dir
             .map(|dir| cache::CompileCache::open(dir, &engine))
             .transpose()?;

@@ -40,6 +40,17 @@ impl Stream {
 /// Writes one plugin line to the host log at `level`, within the instance's log budget.
 /// Returns whether the line was written.
 pub fn emit(ctx: &InstanceContext, stream: Stream, level: Level, raw: &str) -> bool {
+    emit_with(ctx, stream, level, || raw.into())
+}
+
+/// [`emit`], reading the line with `raw` only if the budget admits it (a plugin's `log`
+/// reads it from the plugin's memory: `guest_data.rs`).
+pub fn emit_with<'a>(
+    ctx: &InstanceContext,
+    stream: Stream,
+    level: Level,
+    raw: impl FnOnce() -> std::borrow::Cow<'a, str>,
+) -> bool {
     let Some(held_back) = ctx.admit_log_line() else {
         return false;
     };
@@ -57,7 +68,7 @@ pub fn emit(ctx: &InstanceContext, stream: Stream, level: Level, raw: &str) -> b
             crate::runtime::PLUGIN_LOG_LINES_PER_SECOND,
         );
     }
-    let text = sanitize(raw);
+    let text = sanitize(&raw());
     macro_rules! line {
         ($lvl:ident) => {
             tracing::$lvl!(

@@ -23,6 +23,7 @@ pub struct HostState {
     pub(super) http: WasiHttpCtx,
     pub(super) http_hooks: super::http::Hooks,
     pub(super) tcp: super::tcp::Sockets,
+    pub(super) save_pace: super::guest_data::SavePace,
     pub(super) table: ResourceTable,
 }
 
@@ -52,6 +53,7 @@ pub(super) fn build(engine: &Engine, ctx: Arc<InstanceContext>) -> Store<HostSta
         http: WasiHttpCtx::new(),
         http_hooks: super::http::Hooks::new(ctx.clone()),
         tcp,
+        save_pace: Default::default(),
         table: ResourceTable::new(),
     };
     let mut store = Store::new(engine, state);

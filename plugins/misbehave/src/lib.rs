@@ -16,6 +16,7 @@
 //! | `noisy`        | writes to stdout and stderr, escapes included, then like `cooperative` | logs |
 //! | `read-back…`   | saves a count, loads it back at once, every 20 ms; logs `stale read …` if the load returns anything else | logs |
 //! | `tcp-hold…`    | connects to `TCP_TARGET` (`host:port`) and writes `token=T seq=N` lines on that one connection every 20 ms; logs `tcp connected to …`, `tcp connect failed: …` (then returns the error) or `tcp write failed: …` (then waits for the stop) | logs |
+//! | `save-huge`    | every 50 ms, calls `state.save` and `log` with 48 MiB; logs `save-huge refused: …` after each save | logs |
 //! | anything else  | returns an error naming the behaviour                | logs               |
 //!
 //! Every `start` first logs `start behaviour={resource} token={token}`. Every `cleanup`
@@ -64,6 +65,7 @@ impl Guest for Misbehave {
             }
             r if r.starts_with("read-back") => read_back(),
             r if r.starts_with("tcp-hold") => tcp_hold(token),
+            "save-huge" => save_huge(),
             other => Err(format!("misbehave: unknown behaviour {other}")),
         }
     }
@@ -114,6 +116,23 @@ fn read_back() -> Result<(), String> {
             info(&format!("read back n={n}"));
         }
         if host::sleep(20) == Wake::StopRequested {
+            return Ok(());
+        }
+    }
+}
+
+/// Hands the host 48 MiB as a state blob and as a log line, every 50 ms: a host that
+/// copies before it checks the size (a blob's limit is 64 KiB; a log line is cut at
+/// 4 KiB) takes 48 MiB of its own memory for each call.
+fn save_huge() -> Result<(), String> {
+    const HUGE: usize = 48 << 20;
+    let blob = vec![0u8; HUGE];
+    let line = std::str::from_utf8(&blob).map_err(|e| e.to_string())?;
+    loop {
+        let answer = tenure::plugin::state::save(black_box(&blob));
+        host::log(Level::Debug, black_box(line));
+        info(&format!("save-huge refused: {answer:?}"));
+        if host::sleep(50) == Wake::StopRequested {
             return Ok(());
         }
     }
