@@ -13,6 +13,7 @@ pub mod envelope;
 pub mod events;
 pub mod metrics;
 pub mod node;
+pub mod owner_only;
 pub mod ownership;
 pub mod pki;
 pub mod placement;
