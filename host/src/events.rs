@@ -47,6 +47,8 @@ pub const TLS_RELOADED: &str = "tls.reloaded";
 pub const TLS_RELOAD_FAILED: &str = "tls.reload_failed";
 /// The node's own certificate expires soon, has expired, or is not valid yet.
 pub const TLS_EXPIRING: &str = "tls.expiring";
+/// A compile cache entry could not be used (unreadable, not authenticated by this node's
+/// cache key, or refused by the engine) and was discarded, or could not be written.
 pub const CACHE_ERROR: &str = "cache.error";
 pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";
 
