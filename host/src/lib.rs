@@ -22,4 +22,5 @@ mod ratelimit;
 pub mod rpc;
 pub mod runtime;
 pub mod supervisor;
+pub mod terminal;
 pub mod transport;
