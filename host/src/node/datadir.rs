@@ -38,7 +38,7 @@ pub(super) fn prepare(data_dir: &Path) -> io::Result<()> {
         Some("it belongs to another user")
     } else if mode & 0o1000 != 0 {
         Some("it is a shared (sticky) directory")
-    } else if !holds_only_a_node(data_dir)? {
+    } else if !looks_like_a_node_s(data_dir)? {
         Some("it holds files that are not a node's")
     } else {
         None
@@ -87,7 +87,7 @@ pub(super) fn warn_if_key_readable(path: &Path) {
 }
 
 /// Whether `dir` is empty or holds a node's lock file or Raft store.
-fn holds_only_a_node(dir: &Path) -> io::Result<bool> {
+fn looks_like_a_node_s(dir: &Path) -> io::Result<bool> {
     let mut entries = fs::read_dir(dir)?.peekable();
     if entries.peek().is_none() {
         return Ok(true);
