@@ -166,7 +166,11 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => {
             use std::io::IsTerminal as _;
             let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            builder.with_target(false).with_ansi(colour).init()
+            builder
+                .with_writer(|| OneLine(std::io::stdout()))
+                .with_target(false)
+                .with_ansi(colour)
+                .init()
         }
         LogFormat::Json => builder
             .json()
@@ -428,4 +432,51 @@ pub fn certs(command: CertsCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A text log line as written: one event, one line. Field values hold text from peers,
+/// configs and manifests (names, labels, addresses, error messages); tracing-subscriber
+/// already shows ESC, BEL and the C1 controls in them escaped, and this writer escapes
+/// what it leaves (CR, a LF before the line's end, the other C0 controls), so no value
+/// can forge a log line. ESC itself passes: here it can only be the formatter's colours.
+/// Each event reaches `write` whole (the formatter writes one buffer per event), so the
+/// last LF of a write is the line's end.
+struct OneLine<W>(W);
+
+impl<W: std::io::Write> std::io::Write for OneLine<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = Vec::with_capacity(buf.len() + 8);
+        for (i, &b) in buf.iter().enumerate() {
+            match b {
+                b'\n' if i + 1 == buf.len() => out.push(b),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' | 0x1b => out.push(b),
+                0..0x20 => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        self.0.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    #[test]
+    fn a_text_log_line_cannot_be_split_or_rewritten_by_its_values() {
+        let mut line = super::OneLine(Vec::new());
+        line.write_all(b"WARN label=a\r\nFORGED ERROR x\x01 \x1b[1mbold\x1b[0m\n")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(line.0).unwrap(),
+            "WARN label=a\\r\\nFORGED ERROR x\\x01 \x1b[1mbold\x1b[0m\n"
+        );
+    }
 }

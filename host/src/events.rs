@@ -47,7 +47,16 @@ pub const TLS_RELOADED: &str = "tls.reloaded";
 pub const TLS_RELOAD_FAILED: &str = "tls.reload_failed";
 /// The node's own certificate expires soon, has expired, or is not valid yet.
 pub const TLS_EXPIRING: &str = "tls.expiring";
+/// A compile cache entry could not be used (unreadable, not authenticated by this node's
+/// cache key, or refused by the engine) and was discarded, or could not be written.
 pub const CACHE_ERROR: &str = "cache.error";
+/// The data dir gave group or others access (`path`, `mode`): it was narrowed to 0700
+/// (`action`: tightened), or left as is because it is not evidently the node's own
+/// (`action`: left, with `why`).
+pub const DATA_DIR_MODE: &str = "node.data_dir_mode";
+/// A configured private key file can be read by group or others (`path`, `mode`); the
+/// node still starts.
+pub const KEY_FILE_MODE: &str = "tls.key_file_mode";
 pub const RUNTIME_ON_DEMAND: &str = "runtime.on_demand";
 
 /// The metrics endpoint is listening (`addr`).

@@ -533,9 +533,15 @@ impl Node {
     /// Makes the node's compile cache (`data/cache`) a link to `dir`, which other nodes
     /// may share: entries are keyed by the wasm's digest and the engine, and written to a
     /// temporary name and renamed, so nodes never see each other's half-written files.
+    /// The cache's key (`data/cache.key`, which authenticates its entries) is shared the
+    /// same way: a link to `dir` + `.key`, made here once.
     pub fn share_compile_cache(&self, dir: &Path) {
         std::os::unix::fs::symlink(dir, self.data_dir().join("cache"))
             .unwrap_or_else(|e| panic!("linking {}/cache: {e}", self.data_dir().display()));
+        let key = dir.with_extension("key");
+        shared_cache_key(&key);
+        std::os::unix::fs::symlink(&key, self.data_dir().join("cache.key"))
+            .unwrap_or_else(|e| panic!("linking {}/cache.key: {e}", self.data_dir().display()));
     }
 
     /// Runs the node with `--config FILE` from now on.
@@ -1155,6 +1161,29 @@ pub fn assert_every_start_cleaned_up(events: &[Value]) {
             );
         }
     }
+}
+
+/// Makes the shared compile cache's key at `path` if it is not there yet: written under a
+/// temporary name and linked into place, so concurrent tests never see half a key.
+fn shared_cache_key(path: &Path) {
+    if path.exists() {
+        return;
+    }
+    let temp = path.with_extension(format!(
+        "key-{}-{:?}",
+        std::process::id(),
+        thread::current().id()
+    ));
+    let key: Vec<u8> = (0..32u8)
+        .map(|i| i.wrapping_mul(73) ^ (std::process::id() as u8))
+        .collect();
+    fs::write(&temp, key).expect("writing the shared cache key");
+    match fs::hard_link(&temp, path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("linking {}: {e}", path.display()),
+    }
+    let _ = fs::remove_file(&temp);
 }
 
 #[cfg(test)]

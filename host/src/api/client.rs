@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::{AdminRequest, AdminResponse, decode_response, encode};
 use crate::rpc::{NODE_CERT_REFUSAL, operator_request};
 use crate::runtime::BoxFuture;
+use crate::terminal::escape;
 use crate::transport::{
     Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig, TransportError,
 };
@@ -207,11 +208,15 @@ impl AdminClient {
                         resolve(&leader_addr)
                             .await
                             .map_err(|reason| AdminError::Unreachable {
-                                node: leader.clone(),
+                                node: escape(&leader).into_owned(),
                                 addr,
                                 reason: format!(
-                                    "{node} names {leader} at {leader_addr} as the leader, \
-                                 which only answers actions: {reason}"
+                                    "{} names {} at {} as the leader, which only answers \
+                                 actions: {}",
+                                    escape(&node),
+                                    escape(&leader),
+                                    escape(&leader_addr),
+                                    escape(&reason)
                                 ),
                             })?;
                     node = leader;
@@ -220,7 +225,7 @@ impl AdminClient {
             }
         }
         Err(AdminError::Refused {
-            node,
+            node: escape(&node).into_owned(),
             message: format!(
                 "the leader moved {MAX_REDIRECTS} times while the request was sent; retry"
             ),
@@ -235,7 +240,7 @@ impl AdminClient {
         request: &AdminRequest,
     ) -> Result<AdminResponse, AdminError> {
         let body = encode(request).map_err(|reason| AdminError::Protocol {
-            node: node.to_owned(),
+            node: escape(node).into_owned(),
             reason,
         })?;
         let answer = self
@@ -244,8 +249,8 @@ impl AdminClient {
             .await
             .map_err(|e| self.explain(node, addr, e))?;
         decode_response(&answer).map_err(|reason| AdminError::Protocol {
-            node: node.to_owned(),
-            reason,
+            node: escape(node).into_owned(),
+            reason: escape(&reason).into_owned(),
         })
     }
 
@@ -256,7 +261,10 @@ impl AdminClient {
 
     /// A transport failure in the operator's terms.
     fn explain(&self, node: &str, addr: SocketAddr, e: TransportError) -> AdminError {
-        let node_s = node.to_owned();
+        // Names, reasons and messages may come from the peer (its certificate, its error
+        // answer): shown escaped, so they cannot drive the operator's terminal.
+        let node_s = escape(node).into_owned();
+        let clean = |text: String| escape(&text).into_owned();
         match e {
             TransportError::DialTimeout { timeout, .. } => AdminError::Unreachable {
                 node: node_s,
@@ -266,17 +274,17 @@ impl AdminClient {
             TransportError::Connect { reason, .. } => AdminError::Unreachable {
                 node: node_s,
                 addr,
-                reason,
+                reason: clean(reason),
             },
             TransportError::InvalidPeer { reason, .. } => AdminError::WrongNode {
                 node: node_s,
                 addr,
-                reason,
+                reason: clean(reason),
             },
             TransportError::WrongPeer { actual, .. } => AdminError::WrongNode {
                 node: node_s,
                 addr,
-                reason: format!("its certificate is that of {actual}"),
+                reason: format!("its certificate is that of {}", escape(&actual.to_string())),
             },
             TransportError::PeerRejected { reason, .. }
                 if reason.contains("not valid for name") =>
@@ -284,13 +292,13 @@ impl AdminClient {
                 AdminError::WrongNode {
                     node: node_s,
                     addr,
-                    reason,
+                    reason: clean(reason),
                 }
             }
             TransportError::PeerRejected { reason, .. } => AdminError::UntrustedNode {
                 addr,
                 ca: self.files.ca.clone(),
-                reason,
+                reason: clean(reason),
             },
             TransportError::RejectedByPeer { reason, .. } => AdminError::CertificateRefused {
                 node: node_s,
@@ -300,7 +308,7 @@ impl AdminClient {
                 } else {
                     "is it issued by this cluster's CA, and still valid?"
                 },
-                reason,
+                reason: clean(reason),
             },
             TransportError::Remote { message, .. } if message == NODE_CERT_REFUSAL => {
                 AdminError::NodeCertificate {
@@ -310,19 +318,19 @@ impl AdminClient {
             }
             TransportError::Remote { message, .. } => AdminError::Refused {
                 node: node_s,
-                message,
+                message: clean(message),
             },
             TransportError::ConnectionLost { reason, .. } => AdminError::Interrupted {
                 node: node_s,
                 addr,
-                reason,
+                reason: clean(reason),
             },
             e @ (TransportError::Timeout { .. }
             | TransportError::Protocol { .. }
             | TransportError::Closed) => AdminError::Interrupted {
                 node: node_s,
                 addr,
-                reason: e.to_string(),
+                reason: clean(e.to_string()),
             },
             e @ (TransportError::Config(_)
             | TransportError::Pki(_)
@@ -330,7 +338,7 @@ impl AdminClient {
             | TransportError::Bind { .. }
             | TransportError::TooLarge { .. }) => AdminError::Protocol {
                 node: node_s,
-                reason: e.to_string(),
+                reason: clean(e.to_string()),
             },
         }
     }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::actions::short;
 use crate::cluster::{Cluster, HistoryKind};
 use crate::placement;
+use crate::terminal::escape;
 
 /// How many of the most recent ownership changes a status carries.
 pub const HISTORY_SHOWN: usize = 20;
@@ -270,17 +271,22 @@ impl Status {
 
     /// The text form: a summary line, then aligned tables of nodes, resources, slots,
     /// revoked certificates and recent changes, like `kubectl get`.
+    ///
+    /// Every name, label, address and reason in it comes from peers, manifests or configs:
+    /// control characters are shown escaped ([`crate::terminal::escape`]), so none can
+    /// drive the operator's terminal or forge a line.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let node = escape(&self.node);
         let leader = match &self.leader {
-            Some(leader) => format!("leader {leader}, term {}", self.term),
+            Some(leader) => format!("leader {}, term {}", escape(leader), self.term),
             None => format!(
-                "no leader known (term {}): an election is under way, or {} is cut off from \
-                 the others",
-                self.term, self.node
+                "no leader known (term {}): an election is under way, or {node} is cut off \
+                 from the others",
+                self.term
             ),
         };
-        let _ = writeln!(out, "{leader}; answered by {}", self.node);
+        let _ = writeln!(out, "{leader}; answered by {node}");
 
         out.push('\n');
         let rows = self.nodes.iter().map(|n| {
@@ -573,8 +579,11 @@ fn resources(cluster: &Cluster, pending: &BTreeMap<(String, u32), String>) -> Ve
 
 /// Columns padded to their widest cell, two spaces apart, no trailing blanks; `empty`
 /// (if not empty) under the header when there are no rows.
+/// Cells are escaped here, all in one place: each holds untrusted text.
 fn table(header: &[&str], rows: impl Iterator<Item = Vec<String>>, empty: &str) -> String {
-    let rows: Vec<Vec<String>> = rows.collect();
+    let rows: Vec<Vec<String>> = rows
+        .map(|row| row.iter().map(|cell| escape(cell).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -210,6 +210,41 @@ fn render_says_when_there_is_no_leader_and_nothing_to_show() {
 }
 
 #[test]
+fn render_escapes_control_characters_in_untrusted_text() {
+    let clean = status().render();
+    let mut s = status();
+    s.nodes[0]
+        .labels
+        .insert("zone".into(), "\x1b[2J\nleader evil, term 99".into());
+    s.nodes[0].addr = "10.0.0.1:7400\r\x1b]0;pwned\x07".into();
+    s.leader = Some("a\x1b[31m".into());
+    s.resources[0].name = "echo\u{9b}2J".into();
+    let text = s.render();
+    println!("{text}");
+    for control in ['\x1b', '\r', '\x07', '\u{9b}'] {
+        assert!(
+            !text.contains(control),
+            "{control:?} reached the terminal:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("zone=\\x1b[2J\\nleader evil, term 99"),
+        "the label is shown, escaped:\n{text}"
+    );
+    assert!(
+        text.contains("10.0.0.1:7400\\r\\x1b]0;pwned\\x07"),
+        "{text}"
+    );
+    assert!(text.starts_with("leader a\\x1b[31m, term 2"), "{text}");
+    assert!(text.contains("echo\\u{9b}2J"), "{text}");
+    assert!(
+        !text.lines().any(|line| line.starts_with("leader evil")),
+        "a label forged a line:\n{text}"
+    );
+    assert_eq!(text.lines().count(), clean.lines().count(), "{text}");
+}
+
+#[test]
 fn ages_read_like_kubectl() {
     for (ms, text) in [
         (0, "0s"),

@@ -20,6 +20,7 @@ use rustls_pki_types::pem::PemObject;
 
 use crate::api::{AdminClient, AdminRequest, AdminResponse, parse_fingerprint, parse_slot_ref};
 use crate::pki;
+use crate::terminal::escape;
 use crate::transport::TlsFiles;
 
 /// The operator commands (each also takes the connection flags).
@@ -176,9 +177,14 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&status)?);
         }
         AdminResponse::Status(status) => print!("{}", status.render()),
-        AdminResponse::Done(message) => println!("{message}"),
+        // The node's own words: shown escaped, like everything a node sends.
+        AdminResponse::Done(message) => println!("{}", escape(&message)),
         AdminResponse::Leader { node, addr } => {
-            anyhow::bail!("{node} at {addr} is the leader: send the request there")
+            anyhow::bail!(
+                "{} at {} is the leader: send the request there",
+                escape(&node),
+                escape(&addr)
+            )
         }
     }
     Ok(())

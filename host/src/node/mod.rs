@@ -18,6 +18,7 @@
 
 mod admin;
 mod adverts;
+mod datadir;
 mod grants;
 mod handoff;
 mod leader;
@@ -109,13 +110,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     preflight::addresses_free(listen, config.metrics)?;
     preflight::tls_usable(config.tls.as_ref())?;
     preflight::data_dir_free(&config.data_dir)?;
-    for (what, path) in [("data", &config.data_dir), ("plugins", &config.plugins_dir)] {
-        std::fs::create_dir_all(path).map_err(|source| NodeError::Folder {
-            what,
-            path: path.clone(),
-            source,
-        })?;
+    if let Some(tls) = &config.tls {
+        datadir::warn_if_key_readable(&tls.key);
     }
+    // The data dir is owner-only (0700), and so is everything made in it (0600).
+    datadir::prepare(&config.data_dir).map_err(|source| NodeError::Folder {
+        what: "data",
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    std::fs::create_dir_all(&config.plugins_dir).map_err(|source| NodeError::Folder {
+        what: "plugins",
+        path: config.plugins_dir.clone(),
+        source,
+    })?;
     // Held until the node ends: a second node on this data dir is refused.
     let _data_dir_lock = preflight::lock_data_dir(&config.data_dir)?;
     let files = tls_files(&config)?;
@@ -443,42 +451,9 @@ fn tls_files(config: &Config) -> Result<TlsFiles, NodeError> {
 /// connection for the whole idle timeout).
 fn reset_key(data_dir: &Path) -> Result<ResetKey, NodeError> {
     let path = data_dir.join("reset.key");
-    let error = |why: String| NodeError::ResetKey {
-        path: path.clone(),
-        why,
-    };
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
-                error(format!(
-                    "expected 32 bytes, found {}; delete the file to make a new key",
-                    bytes.len()
-                ))
-            })?;
-            return Ok(ResetKey(key));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(error(e.to_string())),
-    }
-    let mut key = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
-        .map_err(|_| error("the system random source failed".into()))?;
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(&key)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| error(e.to_string()))?;
-    Ok(ResetKey(key))
+    crate::owner_only::secret(&path)
+        .map(ResetKey)
+        .map_err(|why| NodeError::ResetKey { path, why })
 }
 
 /// Returns this run's incarnation: one more than the last run's, recorded durably so
@@ -497,11 +472,6 @@ fn next_incarnation(data_dir: &Path) -> Result<u64, NodeError> {
     // Never below the wall clock in microseconds: a lost file cannot bring an old
     // incarnation back.
     let next = (last + 1).max(now_ms() * 1000);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, next.to_string()).map_err(error)?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(error)?;
-    std::fs::rename(&tmp, &path).map_err(error)?;
+    crate::owner_only::write_atomic(&path, next.to_string().as_bytes()).map_err(error)?;
     Ok(next)
 }

@@ -95,7 +95,7 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File, Refused> {
         path: path.clone(),
         source,
     };
-    let file = File::options()
+    let file = crate::owner_only::options()
         .create(true)
         .truncate(false)
         .write(true)

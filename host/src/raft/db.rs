@@ -54,8 +54,16 @@ pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
         path: path.clone(),
         reason,
     };
-    std::fs::create_dir_all(dir)
+    crate::owner_only::create_dir(dir)
         .map_err(|e| failed(format!("cannot create the directory: {e}")))?;
+    // Made empty and owner-only here, so that redb (which creates files under the umask)
+    // initializes it in place with that mode; an existing store is opened as it is.
+    crate::owner_only::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| failed(format!("cannot create the file: {e}")))?;
     let deadline = Instant::now() + RELEASE_WAIT;
     let db = loop {
         let attempt = path.clone();
