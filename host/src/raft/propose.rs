@@ -192,14 +192,7 @@ impl Shared {
                     "unreadable answer from {leader}: {e}"
                 )))),
             },
-            Err(RpcError::Transport(TransportError::Closed)) => Attempt::Done(Err(
-                ProposeError::Stopped("the RPC endpoint is closed".into()),
-            )),
-            Err(e) if not_sent(&e) => Attempt::Retry(e.to_string()),
-            // Anything else may have been committed. That includes an error answer: it is
-            // not signed, and a leader whose answer failed after its commit sends one too,
-            // so it cannot prove the command was not applied (issue 13).
-            Err(e) => Attempt::Done(Err(ProposeError::Unknown(e.to_string()))),
+            Err(e) => failed_call(e),
         }
     }
 
@@ -260,6 +253,20 @@ impl Shared {
     }
 }
 
+/// What a PROPOSE call that got no reply means.
+fn failed_call(e: RpcError) -> Attempt {
+    match e {
+        RpcError::Transport(TransportError::Closed) => Attempt::Done(Err(ProposeError::Stopped(
+            "the RPC endpoint is closed".into(),
+        ))),
+        e if not_sent(&e) => Attempt::Retry(e.to_string()),
+        // Anything else may have been committed. That includes an error answer: it is
+        // not signed, and a leader whose answer failed after its commit sends one too, so
+        // it cannot prove the command was not applied (issue 13).
+        e => Attempt::Done(Err(ProposeError::Unknown(e.to_string()))),
+    }
+}
+
 /// Whether a failed call certainly did not reach the peer's service.
 fn not_sent(e: &RpcError) -> bool {
     match e {
@@ -276,5 +283,29 @@ fn not_sent(e: &RpcError) -> bool {
         RpcError::NotANode { .. } => true,
         // Sent, or failed after sending: the answer was lost or refused.
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_answer_may_hide_a_commit() {
+        let answer = RpcError::Remote {
+            peer: "n1".into(),
+            message: "cannot encode the answer".into(),
+        };
+        match failed_call(answer) {
+            Attempt::Done(Err(e)) => assert!(e.may_have_applied(), "{e}"),
+            Attempt::Done(Ok(_)) | Attempt::Retry(_) => panic!("an error answer is not a refusal"),
+        }
+        // A call refused before it was sent is retried.
+        let unsent = RpcError::Transport(TransportError::DialTimeout {
+            peer: "n1".into(),
+            addr: "127.0.0.1:9".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+        });
+        assert!(matches!(failed_call(unsent), Attempt::Retry(_)));
     }
 }
