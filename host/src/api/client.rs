@@ -166,7 +166,10 @@ impl AdminClient {
         let config = TransportConfig {
             listen,
             request_timeout: timeout,
-            dial_timeout: timeout.min(Duration::from_secs(3)),
+            // Below the request's own bound, so that a node that does not answer the
+            // handshake is reported as unreachable (nothing sent), not as a request
+            // that may have run: with equal bounds the two timers raced.
+            dial_timeout: (timeout / 2).min(Duration::from_secs(3)),
             // A one-shot client has no use for reloads; keep the watcher quiet.
             reload_interval: Duration::from_secs(60),
             ..TransportConfig::default()
