@@ -73,7 +73,8 @@ impl Admin for NodeAdmin {
                     {
                         return Err(format!(
                             "{message}; but {node} is still in the Raft membership ({e}): run \
-                             `tenure remove {node}` again"
+                             `tenure remove {node}` once its session has expired (`tenure \
+                             status` shows it)"
                         ));
                     }
                     Ok(AdminResponse::Done(message))
