@@ -406,12 +406,14 @@ async fn raw_connection(files: &TlsFiles, server: &Node) -> (quinn::Endpoint, qu
     (endpoint, connecting.await.unwrap())
 }
 
-/// Starts a raw connection to `name` at `addr` (see [`raw_connection`]).
-fn raw_connect(
+/// The crypto provider, own certificate and trust the transport would build from `files`.
+fn tls_parts(
     files: &TlsFiles,
-    addr: SocketAddr,
-    name: &str,
-) -> (quinn::Endpoint, quinn::Connecting) {
+) -> (
+    Arc<rustls::crypto::CryptoProvider>,
+    Arc<resolver::OwnCert>,
+    trust::Trust,
+) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let own = resolver::Own::new(
         pki::load_identity(&files.cert, &files.key).unwrap(),
@@ -420,7 +422,25 @@ fn raw_connect(
     .unwrap();
     let trust =
         trust::Trust::from_bundle(&pki::load_ca_bundle(&files.ca).unwrap(), &provider).unwrap();
-    let client = tls::raw_client_config(&provider, &Arc::new(resolver::OwnCert::new(own)), &trust);
+    (provider, Arc::new(resolver::OwnCert::new(own)), trust)
+}
+
+/// Asserts that `err` is the peer refusing us because our key is revoked.
+fn assert_refused_as_revoked(err: &TransportError) {
+    assert!(
+        matches!(err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
+        "{err}"
+    );
+}
+
+/// Starts a raw connection to `name` at `addr` (see [`raw_connection`]).
+fn raw_connect(
+    files: &TlsFiles,
+    addr: SocketAddr,
+    name: &str,
+) -> (quinn::Endpoint, quinn::Connecting) {
+    let (provider, own, trust) = tls_parts(files);
+    let client = tls::raw_client_config(&provider, &own, &trust);
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     let connecting = endpoint.connect_with(client, addr, name).unwrap();
     (endpoint, connecting)
@@ -1164,11 +1184,7 @@ async fn the_ecdsa_twin_of_a_revoked_certificate_is_refused() {
     n1.transport
         .set_revoked(std::collections::BTreeSet::from([key_of(&files.cert)]));
     wait_until("n1 to cut the twin off", || !n2.connected_to("n1")).await;
-    let err = n2.ask(&n1, b"hi").await.unwrap_err();
-    assert!(
-        matches!(&err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
-        "{err}"
-    );
+    assert_refused_as_revoked(&n2.ask(&n1, b"hi").await.unwrap_err());
     for node in [&n1, &n2] {
         node.transport.close().await;
     }
@@ -1185,11 +1201,7 @@ async fn keys_revoked_at_bind_are_refused_from_the_first_handshake() {
         ..config()
     };
     let n1 = Node::start_with("n1", certs.node("n1"), config).await;
-    let err = n2.ask(&n1, b"hi").await.unwrap_err();
-    assert!(
-        matches!(&err, TransportError::RejectedByPeer { reason, .. } if reason.contains("revoked")),
-        "{err}"
-    );
+    assert_refused_as_revoked(&n2.ask(&n1, b"hi").await.unwrap_err());
     for node in [&n1, &n2] {
         node.transport.close().await;
     }

@@ -12,15 +12,7 @@ async fn a_frame_announced_but_not_sent_is_not_allocated() {
     init_logs();
     let certs = Certs::new();
     let files = certs.node("n1");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let own = resolver::Own::new(
-        pki::load_identity(&files.cert, &files.key).unwrap(),
-        &provider,
-    )
-    .unwrap();
-    let trust =
-        trust::Trust::from_bundle(&pki::load_ca_bundle(&files.ca).unwrap(), &provider).unwrap();
-    let own = Arc::new(resolver::OwnCert::new(own));
+    let (provider, own, trust) = tls_parts(&files);
     let (_tls, server_config) = tls::TlsState::new(&config(), provider, own, trust).unwrap();
     // A bare quinn server with the transport's TLS and QUIC settings, so that the test
     // holds the receiving end of the stream and can look at the buffer.
