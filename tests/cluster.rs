@@ -39,16 +39,6 @@ fn cleanup_of<'a>(events: &'a [Value], resource: &str, t: u64) -> &'a Value {
         .unwrap_or_else(|| panic!("no plugin.cleanup for {resource} token {t}"))
 }
 
-/// The `n` in a counter line `count={n} token={t}`.
-fn count_of(event: &Value) -> Option<u64> {
-    message(event)
-        .strip_prefix("count=")?
-        .split(' ')
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The counter's counts in a log, in order.
 fn counts(events: &[Value]) -> Vec<u64> {
     events

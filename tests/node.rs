@@ -7,16 +7,6 @@ mod support;
 use serde_json::Value;
 use support::*;
 
-/// The `n` in a counter log line `count={n} token={t}`.
-fn count_of(event: &Value) -> Option<u64> {
-    message(event)
-        .strip_prefix("count=")?
-        .split(' ')
-        .next()?
-        .parse()
-        .ok()
-}
-
 fn counts(events: &[Value]) -> Vec<u64> {
     events
         .iter()

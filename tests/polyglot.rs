@@ -22,16 +22,6 @@ use support::*;
 /// idle machine, much more when tests compile in parallel on two cores.
 const COMPILE_WAIT: Duration = Duration::from_secs(180);
 
-/// The `n` in a counter line `count={n} token={t}`.
-fn count_of(event: &Value) -> Option<u64> {
-    message(event)
-        .strip_prefix("count=")?
-        .split(' ')
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The counts `resource` logged, in order.
 fn counts(events: &[Value], resource: &str) -> Vec<u64> {
     events

@@ -960,6 +960,17 @@ pub fn log_exact(resource: &str, text: &str) -> impl Fn(&Value) -> bool {
     move |e| e["event"] == "plugin.log" && e["resource"] == resource.as_str() && message(e) == text
 }
 
+/// The `n` in a counter line `count={n} token={t}` (the counter examples, in every
+/// language, log that).
+pub fn count_of(event: &Value) -> Option<u64> {
+    message(event)
+        .strip_prefix("count=")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The event's `message`, or "".
 pub fn message(event: &Value) -> &str {
     event["message"].as_str().unwrap_or("")
