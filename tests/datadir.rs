@@ -181,6 +181,8 @@ fn a_configured_key_file_others_can_read_is_warned_about_and_the_node_starts() {
         "the line names the file and the fix: {warning}"
     );
     assert_eq!(mode(&key), 0o644, "the operator's key file was changed");
+    // Stopped once ready: a SIGINT during the start exited unsuccessfully once in CI.
+    node.wait_for("node.ready", is("node.ready").f(), WAIT);
     node.signal(libc::SIGINT);
     assert!(node.wait_exit(WAIT).success(), "{}", node.tail());
 }
