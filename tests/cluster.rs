@@ -518,6 +518,21 @@ fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
         assert_eq!(node["draining"], false, "{node}");
     }
     assert!(status["leader"].is_string(), "{status}");
+    // The certificates in use, by key fingerprint, as `revoke --fingerprint` takes them:
+    // the answering node's own, and the operator's connection asking.
+    let certificates = status["certificates"].as_array().unwrap();
+    let of = |name: &str, kind: &str| {
+        certificates.iter().any(|c| {
+            c["name"] == name
+                && c["kind"] == kind
+                && c["key"].as_str().unwrap().starts_with("sha256:")
+        })
+    };
+    assert!(of(status["node"].as_str().unwrap(), "node"), "{status}");
+    assert!(of(OPERATOR, "operator"), "{status}");
+    let text =
+        String::from_utf8_lossy(&c.admin(&["status", "--resource", "solo"]).stdout).into_owned();
+    assert!(text.contains("solo/0") && !text.contains("pair/"), "{text}");
 
     eprintln!("phase: a node certificate cannot run admin commands");
     for args in [&["drain", "n2"][..], &["status", "--json"][..]] {

@@ -26,7 +26,7 @@ pub fn command_for(
     now_ms: u64,
 ) -> Result<Command, String> {
     match request {
-        AdminRequest::Status => {
+        AdminRequest::Status | AdminRequest::StatusPage(_) => {
             Err("status is a question, not an action: it has no command".into())
         }
         AdminRequest::Move { resource, slot, to } => {

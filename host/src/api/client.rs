@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AdminRequest, AdminResponse, decode_response, encode};
+use super::{AdminRequest, AdminResponse, Status, StatusQuery, decode_response, encode, merge};
 use crate::rpc::{NODE_CERT_REFUSAL, operator_request};
 use crate::runtime::BoxFuture;
 use crate::terminal::escape;
@@ -32,6 +32,9 @@ const MAKE_ONE: &str = "make one with `tenure certs issue --ca DIR --operator NA
 
 /// How many times a request follows [`AdminResponse::Leader`].
 const MAX_REDIRECTS: usize = 4;
+/// How many times a status is read again from its first page when the node dropped the
+/// snapshot its pages come from.
+const MAX_RESTARTS: usize = 3;
 
 /// The first socket address of `addr` (`host:port`).
 async fn resolve(addr: &str) -> Result<SocketAddr, String> {
@@ -233,6 +236,57 @@ impl AdminClient {
                 "the leader moved {MAX_REDIRECTS} times while the request was sent; retry"
             ),
         })
+    }
+
+    /// The status as node `node` at `addr` sees it, narrowed to `filter`'s resource and
+    /// node, asked page by page (`pages.rs`) and put back together. A node that dropped
+    /// the snapshot meanwhile starts a new one, and the pages are asked again from the
+    /// first (a few times at most).
+    pub async fn status(
+        &self,
+        node: &str,
+        addr: SocketAddr,
+        filter: &StatusQuery,
+    ) -> Result<Status, AdminError> {
+        let refused = |message: String| AdminError::Refused {
+            node: escape(node).into_owned(),
+            message,
+        };
+        let mut query = StatusQuery {
+            snapshot: None,
+            after: None,
+            ..filter.clone()
+        };
+        let mut whole: Option<Status> = None;
+        let mut restarts = 0;
+        loop {
+            let request = AdminRequest::StatusPage(query.clone());
+            let page = match self.request_once(node, addr, &request).await? {
+                AdminResponse::StatusPage(page) => page,
+                other => return Err(refused(format!("answered a status page with {other:?}"))),
+            };
+            if query.snapshot.is_some_and(|asked| asked != page.snapshot) {
+                restarts += 1;
+                if restarts > MAX_RESTARTS {
+                    return Err(refused(format!(
+                        "the status snapshot expired {MAX_RESTARTS} times while its pages \
+                         were read; retry"
+                    )));
+                }
+                whole = None;
+            }
+            match &mut whole {
+                None => whole = Some(page.status),
+                Some(status) => merge(status, page.status),
+            }
+            match page.next {
+                Some(next) => {
+                    query.snapshot = Some(page.snapshot);
+                    query.after = Some(next);
+                }
+                None => return Ok(whole.expect("a page was read")),
+            }
+        }
     }
 
     /// Sends `request` to node `node` at `addr` and returns its answer as is.

@@ -163,3 +163,36 @@ pub(super) fn three_nodes() -> World {
     w.grant("solo", 0, "a", T0 + 12_000);
     w
 }
+
+/// Five nodes advertising `count` resources `r00000`… (one ticket each, version 1.0.0),
+/// each granted to one of them in turn: the scale `tenure status` must page through.
+pub(super) fn many_resources(count: usize) -> World {
+    let mut w = World::new();
+    let nodes = ["n1", "n2", "n3", "n4", "n5"];
+    for (i, node) in nodes.iter().enumerate() {
+        w.node(node, &[], T0 + i as u64);
+    }
+    let adverts: BTreeMap<String, Advert> = (0..count)
+        .map(|i| {
+            let name = format!("r{i:05}");
+            let advert = Advert {
+                plugin: name.clone(),
+                version: "1.0.0".parse().unwrap(),
+                digest: digest('a'),
+                tickets: 1,
+                require: BTreeMap::new(),
+            };
+            (name, advert)
+        })
+        .collect();
+    for node in nodes {
+        w.apply(Command::Advertise {
+            node: node.into(),
+            plugins: adverts.clone(),
+        });
+    }
+    for i in 0..count {
+        w.grant(&format!("r{i:05}"), 0, nodes[i % nodes.len()], T0 + 10_000);
+    }
+    w
+}

@@ -33,6 +33,7 @@
 
 mod actions;
 mod client;
+mod pages;
 mod status;
 
 use std::fmt;
@@ -42,9 +43,10 @@ use serde::{Deserialize, Serialize};
 
 pub use actions::{command_for, describe, parse_fingerprint, winning_advert};
 pub use client::{AdminClient, AdminError};
+pub use pages::{PAGE_BYTES, StatusPage, StatusQuery, merge, page};
 pub use status::{
-    HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView, RevokedView, Role,
-    SessionView, SlotState, SlotView, Status,
+    CertificateView, HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView,
+    RevokedView, Role, SessionView, SlotState, SlotView, Status,
 };
 
 use crate::rpc::OperatorService;
@@ -81,6 +83,10 @@ pub enum AdminRequest {
     /// Remove node `node` from the cluster (its session, its slots, its Raft seat): for a
     /// member that is gone for good.
     Remove { node: String },
+    /// One page of the status (`pages.rs`): what `tenure status` asks, since a large
+    /// cluster's status does not fit in one answer. [`AdminService`] answers it from the
+    /// [`AdminRequest::Status`] the node gives.
+    StatusPage(StatusQuery),
 }
 
 /// A node's answer to an [`AdminRequest`].
@@ -94,6 +100,8 @@ pub enum AdminResponse {
     /// authenticates them itself): ask node `node` at `addr`. [`AdminClient::request`]
     /// follows it.
     Leader { node: String, addr: String },
+    /// The answer to [`AdminRequest::StatusPage`].
+    StatusPage(StatusPage),
 }
 
 /// The node's side of the admin API.
@@ -110,12 +118,16 @@ pub trait Admin: Send + Sync + 'static {
 /// Serves an [`Admin`] as the node's [`OperatorService`]: decodes requests, encodes answers.
 pub struct AdminService {
     admin: Arc<dyn Admin>,
+    snapshots: Arc<pages::Snapshots>,
 }
 
 impl AdminService {
     /// The service for `admin`, ready for `Rpc::serve_operators`.
     pub fn new(admin: Arc<dyn Admin>) -> Arc<AdminService> {
-        Arc::new(AdminService { admin })
+        Arc::new(AdminService {
+            admin,
+            snapshots: Arc::default(),
+        })
     }
 }
 
@@ -123,12 +135,46 @@ impl OperatorService for AdminService {
     fn call(&self, operator: &PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
         let request = decode_request(&body);
         let admin = self.admin.clone();
+        let snapshots = self.snapshots.clone();
         let name = operator.identity.name.clone();
         Box::pin(async move {
-            let response = admin.handle(&name, request?).await?;
+            let response = match request? {
+                AdminRequest::StatusPage(query) => {
+                    AdminResponse::StatusPage(status_page(&*admin, &snapshots, &name, query).await?)
+                }
+                request => admin.handle(&name, request).await?,
+            };
             encode(&response)
         })
     }
+}
+
+/// The page `query` asks for: cut from the snapshot it names if that is still kept, else
+/// from a new one, from the start.
+async fn status_page(
+    admin: &dyn Admin,
+    snapshots: &pages::Snapshots,
+    operator: &str,
+    mut query: StatusQuery,
+) -> Result<StatusPage, String> {
+    let kept = query.snapshot.and_then(|id| Some((id, snapshots.get(id)?)));
+    let (snapshot, full) = match kept {
+        Some(kept) => kept,
+        None => {
+            let full = match admin.handle(operator, AdminRequest::Status).await? {
+                AdminResponse::Status(status) => Arc::new(status),
+                other => return Err(format!("the node answered status with {other:?}")),
+            };
+            query.after = None;
+            (snapshots.keep(full.clone()), full)
+        }
+    };
+    let (status, next) = page(&full, &query);
+    Ok(StatusPage {
+        snapshot,
+        status,
+        next,
+    })
 }
 
 /// The postcard bytes of `value`.
@@ -194,6 +240,16 @@ impl fmt::Display for AdminRequest {
             }
             AdminRequest::Revoke { key, .. } => write!(f, "revoke --fingerprint {key}"),
             AdminRequest::Remove { node } => write!(f, "remove {node}"),
+            AdminRequest::StatusPage(query) => {
+                f.write_str("status")?;
+                if let Some(resource) = &query.resource {
+                    write!(f, " --resource {resource}")?;
+                }
+                if let Some(node) = &query.node {
+                    write!(f, " --node {node}")?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -23,6 +23,12 @@ use crate::terminal::escape;
 
 /// How many of the most recent ownership changes a status carries.
 pub const HISTORY_SHOWN: usize = 20;
+/// Up to this many slots the text form lists every resource and slot; above, it sums up.
+pub const DETAIL_SLOTS: usize = 50;
+/// How many slots that need a look the summary lists.
+pub const PROBLEMS_SHOWN: usize = 20;
+/// Up to this many plugins a node's row lists them; above, it counts them.
+const PLUGINS_LISTED: usize = 6;
 
 /// The answering node's view of Raft, given to [`Status::build`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,10 +77,30 @@ pub struct Status {
     pub resources: Vec<ResourceView>,
     /// Revoked keys, by key fingerprint.
     pub revoked: Vec<RevokedView>,
+    /// The certificates in use that the answering node sees: its own, and those of the
+    /// nodes and operators connected to it, by name; their key fingerprints are what
+    /// `tenure revoke --fingerprint` takes.
+    pub certificates: Vec<CertificateView>,
     /// The most recent ownership changes (at most [`HISTORY_SHOWN`]), oldest first.
     pub history: Vec<HistoryView>,
     /// How many ownership changes the cluster remembers in all (`history` is the tail).
     pub history_len: usize,
+}
+
+/// A certificate in use.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CertificateView {
+    /// The name it speaks for.
+    pub name: String,
+    /// `node` or `operator`.
+    pub kind: String,
+    /// Its key's fingerprint (`sha256:` of the SubjectPublicKeyInfo): what revocation
+    /// refuses.
+    pub key: String,
+    /// The certificate's own fingerprint (`sha256:` of its DER).
+    pub certificate: String,
+    /// Whether it is the answering node's own; else a peer connected to it.
+    pub own: bool,
 }
 
 /// One node.
@@ -260,6 +286,7 @@ impl Status {
                     at_ms: r.at_ms,
                 })
                 .collect(),
+            certificates: vec![],
             history,
             history_len: cluster.history.len(),
             node: raft.node,
@@ -269,8 +296,14 @@ impl Status {
         }
     }
 
-    /// The text form: a summary line, then aligned tables of nodes, resources, slots,
-    /// revoked certificates and recent changes, like `kubectl get`.
+    /// The text form: a summary line, then aligned tables like `kubectl get`: nodes,
+    /// resources and slots, revoked keys, certificates in use and recent changes.
+    ///
+    /// A large cluster (more than [`DETAIL_SLOTS`] slots) gets a summary instead of the
+    /// resource and slot tables: the slots that need a look first (pending, being handed
+    /// over, or on an older plugin version than the resource's), at most
+    /// [`PROBLEMS_SHOWN`] of them, then the counts per state. `--resource` and `--node`
+    /// narrow the status down to a size that is shown whole.
     ///
     /// Every name, label, address and reason in it comes from peers, manifests or configs:
     /// control characters are shown escaped ([`crate::terminal::escape`]), so none can
@@ -287,6 +320,11 @@ impl Status {
             ),
         };
         let _ = writeln!(out, "{leader}; answered by {node}");
+        let slots = self.resources.iter().map(|r| r.slots.len()).sum::<usize>();
+        let large = slots > DETAIL_SLOTS;
+        if large {
+            self.render_problems(&mut out);
+        }
 
         out.push('\n');
         let rows = self.nodes.iter().map(|n| {
@@ -299,6 +337,15 @@ impl Status {
                 (Some(_), false) => "ready",
                 (None, false) => "down",
             };
+            let plugins = if n.plugins.len() > PLUGINS_LISTED {
+                format!("{} plugins", n.plugins.len())
+            } else {
+                list(
+                    n.plugins
+                        .iter()
+                        .map(|p| format!("{}@{}", p.resource, p.version)),
+                )
+            };
             vec![
                 n.name.clone(),
                 dash(&n.addr),
@@ -308,11 +355,7 @@ impl Status {
                 age,
                 n.slots.to_string(),
                 labels(&n.labels),
-                list(
-                    n.plugins
-                        .iter()
-                        .map(|p| format!("{}@{}", p.resource, p.version)),
-                ),
+                plugins,
             ]
         });
         let header = [
@@ -321,55 +364,10 @@ impl Status {
         out.push_str(&table(&header, rows, "no nodes"));
 
         out.push('\n');
-        let rows = self.resources.iter().map(|r| {
-            let (plugin, version, digest) = match &r.plugin {
-                Some(p) => (
-                    p.plugin.clone(),
-                    p.version.to_string(),
-                    short(&p.digest).into(),
-                ),
-                None => ("-".into(), "-".into(), "(no live node has it)".into()),
-            };
-            vec![
-                r.name.clone(),
-                plugin,
-                version,
-                digest,
-                r.tickets.to_string(),
-                labels(&r.require),
-            ]
-        });
-        let header = [
-            "RESOURCE", "PLUGIN", "VERSION", "DIGEST", "TICKETS", "REQUIRE",
-        ];
-        out.push_str(&table(&header, rows, "no resources"));
-
-        if self.resources.iter().any(|r| !r.slots.is_empty()) {
-            out.push('\n');
-            let rows = self.resources.iter().flat_map(|r| {
-                r.slots.iter().map(|s| {
-                    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-                    let note = match (&s.releasing, &s.pending) {
-                        (Some(h), _) => match &h.to {
-                            Some(to) => format!("{} → {to}", h.reason),
-                            None => h.reason.clone(),
-                        },
-                        (None, Some(reason)) => reason.clone(),
-                        (None, None) => String::new(),
-                    };
-                    vec![
-                        format!("{}/{}", r.name, s.slot),
-                        s.state.as_str().into(),
-                        opt(s.owner.clone()),
-                        opt(s.token.map(|t| t.to_string())),
-                        opt(s.term.map(|t| t.to_string())),
-                        opt(s.since_ms.map(|t| age(self.at_ms.saturating_sub(t)))),
-                        note,
-                    ]
-                })
-            });
-            let header = ["SLOT", "STATE", "OWNER", "TOKEN", "TERM", "HELD", "NOTE"];
-            out.push_str(&table(&header, rows, ""));
+        if large {
+            self.render_counts(&mut out, slots);
+        } else {
+            self.render_resources(&mut out);
         }
 
         if !self.revoked.is_empty() {
@@ -380,6 +378,19 @@ impl Status {
                 .iter()
                 .map(|r| vec![r.key.clone(), dash(&r.certificate), dash(&r.node)]);
             out.push_str(&table(&["REVOKED KEY", "CERTIFICATE", "NODE"], rows, ""));
+        }
+
+        if !self.certificates.is_empty() {
+            out.push('\n');
+            let rows = self.certificates.iter().map(|c| {
+                let seen = if c.own {
+                    "own".to_owned()
+                } else {
+                    format!("connected to {}", self.node)
+                };
+                vec![c.name.clone(), c.kind.clone(), c.key.clone(), seen]
+            });
+            out.push_str(&table(&["CERTIFICATE OF", "KIND", "KEY", "SEEN"], rows, ""));
         }
 
         if !self.history.is_empty() {
@@ -409,6 +420,129 @@ impl Status {
             }
         }
         out
+    }
+
+    /// The resources table, then every slot.
+    fn render_resources(&self, out: &mut String) {
+        let rows = self.resources.iter().map(|r| {
+            let (plugin, version, digest) = match &r.plugin {
+                Some(p) => (
+                    p.plugin.clone(),
+                    p.version.to_string(),
+                    short(&p.digest).into(),
+                ),
+                None => ("-".into(), "-".into(), "(no live node has it)".into()),
+            };
+            vec![
+                r.name.clone(),
+                plugin,
+                version,
+                digest,
+                r.tickets.to_string(),
+                labels(&r.require),
+            ]
+        });
+        let header = [
+            "RESOURCE", "PLUGIN", "VERSION", "DIGEST", "TICKETS", "REQUIRE",
+        ];
+        out.push_str(&table(&header, rows, "no resources"));
+        if self.resources.iter().any(|r| !r.slots.is_empty()) {
+            out.push('\n');
+            let rows = self
+                .resources
+                .iter()
+                .flat_map(|r| r.slots.iter().map(move |s| self.slot_row(r, s)));
+            out.push_str(&table(&SLOT_HEADER, rows, ""));
+        }
+    }
+
+    /// The slots that need a look, at most [`PROBLEMS_SHOWN`].
+    fn render_problems(&self, out: &mut String) {
+        let problems: Vec<(&ResourceView, &SlotView)> = self
+            .resources
+            .iter()
+            .flat_map(|r| r.slots.iter().map(move |s| (r, s)))
+            .filter(|(r, s)| s.state != SlotState::Owned || behind(r, s))
+            .collect();
+        out.push('\n');
+        if problems.is_empty() {
+            out.push_str("every slot is owned, on its resource's plugin version\n");
+            return;
+        }
+        let rows = problems
+            .iter()
+            .take(PROBLEMS_SHOWN)
+            .map(|(r, s)| self.slot_row(r, s));
+        out.push_str(&table(&SLOT_HEADER, rows, ""));
+        if problems.len() > PROBLEMS_SHOWN {
+            let _ = writeln!(
+                out,
+                "(and {} more: `tenure status --json`, or narrow with --resource or --node)",
+                problems.len() - PROBLEMS_SHOWN
+            );
+        }
+    }
+
+    /// Resources and slots counted by state.
+    fn render_counts(&self, out: &mut String, slots: usize) {
+        let all = self
+            .resources
+            .iter()
+            .flat_map(|r| r.slots.iter().map(move |s| (r, s)));
+        let count = |state: SlotState| all.clone().filter(|(_, s)| s.state == state).count();
+        let behind = all.clone().filter(|(r, s)| behind(r, s)).count();
+        let _ = writeln!(
+            out,
+            "{} resources, {slots} slots: {} owned, {} releasing, {} pending; {behind} on an \
+             older plugin version (`tenure status --resource NAME` shows one resource whole)",
+            self.resources.len(),
+            count(SlotState::Owned),
+            count(SlotState::Releasing),
+            count(SlotState::Pending),
+        );
+    }
+
+    /// A row of the slots table.
+    fn slot_row(&self, r: &ResourceView, s: &SlotView) -> Vec<String> {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        let mut notes = Vec::new();
+        match (&s.releasing, &s.pending) {
+            (Some(h), _) => notes.push(match &h.to {
+                Some(to) => format!("{} → {to}", h.reason),
+                None => h.reason.clone(),
+            }),
+            (None, Some(reason)) => notes.push(reason.clone()),
+            (None, None) => {}
+        }
+        if behind(r, s)
+            && let Some(p) = &r.plugin
+        {
+            notes.push(format!("older version: the plugin is now {}", p.version));
+        }
+        vec![
+            format!("{}/{}", r.name, s.slot),
+            s.state.as_str().into(),
+            opt(s.owner.clone()),
+            opt(s.token.map(|t| t.to_string())),
+            opt(s.term.map(|t| t.to_string())),
+            opt(s.version.as_ref().map(|v| v.to_string())),
+            opt(s.since_ms.map(|t| age(self.at_ms.saturating_sub(t)))),
+            notes.join("; "),
+        ]
+    }
+}
+
+/// The columns of a slots table.
+const SLOT_HEADER: [&str; 8] = [
+    "SLOT", "STATE", "OWNER", "TOKEN", "TERM", "VERSION", "HELD", "NOTE",
+];
+
+/// Whether slot `s` runs another plugin than the one its resource now runs (a rollout
+/// not yet done).
+fn behind(r: &ResourceView, s: &SlotView) -> bool {
+    match (&r.plugin, &s.digest) {
+        (Some(p), Some(digest)) => &p.digest != digest,
+        _ => false,
     }
 }
 

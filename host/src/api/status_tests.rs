@@ -272,10 +272,10 @@ RESOURCE  PLUGIN  VERSION  DIGEST               TICKETS  REQUIRE
 echo      echo    1.0.0    sha256:eeeeeeeeeeee  2        -
 solo      solo    2.0.0    sha256:ssssssssssss  1        -
 
-SLOT    STATE      OWNER  TOKEN  TERM  HELD  NOTE
-echo/0  owned      a      12     2     59m
-echo/1  releasing  b      13     2     59m   moved → c
-solo/0  pending    -      -      -     -     no eligible node: a is in cooldown
+SLOT    STATE      OWNER  TOKEN  TERM  VERSION  HELD  NOTE
+echo/0  owned      a      12     2     1.0.0    59m
+echo/1  releasing  b      13     2     1.0.0    59m   moved → c
+solo/0  pending    -      -      -     -        -     no eligible node: a is in cooldown
 
 REVOKED KEY                                                              CERTIFICATE                                                              NODE
 sha256:9999999999999999999999999999999999999999999999999999999999999999  sha256:8888888888888888888888888888888888888888888888888888888888888888  -
@@ -288,3 +288,50 @@ CHANGED  SLOT    NODE  TOKEN  CHANGE
 59m      solo/0  a     14     handover-begun (released)
 59m      solo/0  a     14     released
 ";
+
+/// Above `DETAIL_SLOTS` slots the text form leads with the slots that need a look (a
+/// pending one, one still on the old version during a rollout) and counts the rest.
+#[test]
+fn a_large_status_is_summed_up_with_the_problems_first() {
+    let mut w = super::fixture::many_resources(100);
+    // A rollout of r00007 to 1.1.0 has begun: the slot still runs 1.0.0.
+    for node in ["n1", "n2", "n3", "n4", "n5"] {
+        w.advertise(node, "r00007", "1.1.0", 'b', 1);
+    }
+    let pending = vec![("r00099".into(), 1, "no eligible node".into())];
+    let mut s = Status::build(&w.cluster, raft(), pending, NOW);
+    s.certificates = vec![CertificateView {
+        name: "n1".into(),
+        kind: "node".into(),
+        key: digest('7'),
+        certificate: digest('6'),
+        own: true,
+    }];
+    let text = s.render();
+    println!("{text}");
+    let problems = text.find("r00007/0").expect("the slot behind is listed");
+    let nodes = text.find("NODE ").unwrap();
+    assert!(problems < nodes, "problems come first");
+    assert!(
+        text.contains("older version: the plugin is now 1.1.0"),
+        "{text}"
+    );
+    assert!(text.contains("r00099/1  pending"), "{text}");
+    assert!(text.contains("no eligible node"), "{text}");
+    assert!(
+        !text.contains("r00042"),
+        "owned, current slots are only counted"
+    );
+    assert!(
+        text.contains("100 resources, 101 slots: 100 owned, 0 releasing, 1 pending; 1 on an older plugin version"),
+        "{text}"
+    );
+    assert!(
+        text.contains("100 plugins"),
+        "a node's plugins are counted: {text}"
+    );
+    assert!(
+        text.contains(&format!("n1              node  {}  own", digest('7'))),
+        "{text}"
+    );
+}

@@ -492,3 +492,64 @@ fn slot_references_parse() {
         println!("{bad}: {message}");
     }
 }
+
+/// The answer for 10,000 resources on five nodes is several MiB, more than a frame
+/// carries: the client pages through it and puts the same status back together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_of_ten_thousand_resources_arrives_whole() {
+    init_logs();
+    let mut s = Setup::start().await;
+    let cluster = super::fixture::many_resources(10_000).cluster;
+    let raft = RaftView {
+        node: "n1".into(),
+        leader: Some("n1".into()),
+        term: 2,
+        voters: vec!["n1".into()],
+        learners: vec![],
+    };
+    let expected = Status::build(&cluster, raft, vec![], NOW);
+    s.fake = Arc::new(Fake {
+        cluster,
+        seen: Mutex::default(),
+    });
+    s.serve();
+    let client = AdminClient::new(operator(&s.certs, "alice"), s.addr, TIMEOUT)
+        .await
+        .unwrap();
+    let status = client
+        .status("n1", s.addr, &StatusQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(status.resources.len(), 10_000);
+    assert!(status.nodes.iter().all(|n| n.plugins.len() == 10_000));
+    assert_eq!(status, expected);
+    let pages = s.fake.seen.lock().unwrap().len();
+    println!("10,000 resources in {pages} pages");
+    assert!(
+        pages == 1,
+        "one snapshot serves every page, built once: {pages}"
+    );
+
+    let one = StatusQuery {
+        resource: Some("r00042".into()),
+        ..StatusQuery::default()
+    };
+    let status = client.status("n1", s.addr, &one).await.unwrap();
+    assert_eq!(status.resources.len(), 1);
+    assert_eq!(status.resources[0].slots[0].owner.as_deref(), Some("n3"));
+    assert!(status.nodes.iter().all(|n| n.plugins.len() == 1));
+
+    let node = StatusQuery {
+        node: Some("n2".into()),
+        ..StatusQuery::default()
+    };
+    let status = client.status("n1", s.addr, &node).await.unwrap();
+    assert_eq!(status.nodes.len(), 1);
+    assert_eq!(
+        status.nodes[0].plugins.len(),
+        10_000,
+        "n2 advertises them all"
+    );
+    client.close().await;
+    s.close().await;
+}

@@ -18,7 +18,9 @@ use clap::{Args, Subcommand};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use crate::api::{AdminClient, AdminRequest, AdminResponse, parse_fingerprint, parse_slot_ref};
+use crate::api::{
+    AdminClient, AdminRequest, AdminResponse, StatusQuery, parse_fingerprint, parse_slot_ref,
+};
 use crate::pki;
 use crate::terminal::escape;
 use crate::transport::TlsFiles;
@@ -27,11 +29,20 @@ use crate::transport::TlsFiles;
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Show the cluster: leader, term, nodes (sessions, labels, draining), resources with
-    /// their slots, owners, tokens and pending slots, plugin versions, recent changes.
+    /// their slots, owners, tokens and pending slots, plugin versions, certificates in
+    /// use, recent changes. Above 50 slots the tables give way to a summary: the slots
+    /// that need a look, then counts.
     Status {
-        /// Print JSON instead of tables.
+        /// Print JSON instead of tables (the whole status, whatever its size).
         #[arg(long)]
         json: bool,
+        /// Only this resource: its plugin, every slot, its history.
+        #[arg(long, value_name = "NAME")]
+        resource: Option<String>,
+        /// Only this node: its plugins and the resources it holds or can run. (`--node`
+        /// names the node to ask.)
+        #[arg(long, value_name = "NODE")]
+        on: Option<String>,
         #[command(flatten)]
         conn: Connection,
     },
@@ -161,6 +172,9 @@ impl Connection {
 /// Runs one admin command.
 pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
     let (request, conn, json) = request_of(command)?;
+    if let AdminRequest::StatusPage(filter) = request {
+        return status(json, filter, conn);
+    }
     let addr = conn.socket_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -179,6 +193,7 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminResponse::Status(status) => print!("{}", status.render()),
         // The node's own words: shown escaped, like everything a node sends.
         AdminResponse::Done(message) => println!("{}", escape(&message)),
+        AdminResponse::StatusPage(_) => anyhow::bail!("the node answered with a status page"),
         AdminResponse::Leader { node, addr } => {
             anyhow::bail!(
                 "{} at {} is the leader: send the request there",
@@ -190,11 +205,70 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tenure status`: the status, read page by page, narrowed and printed.
+fn status(json: bool, filter: StatusQuery, conn: Connection) -> anyhow::Result<()> {
+    let addr = conn.socket_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let status = runtime.block_on(async {
+        let client = AdminClient::new(conn.files(), addr, conn.timeout).await?;
+        let answer = client.status(&conn.node_name, addr, &filter).await;
+        client.close().await;
+        answer
+    })?;
+    if let Some(resource) = &filter.resource
+        && status.resources.is_empty()
+    {
+        anyhow::bail!(
+            "{} knows no resource {}: no live node has a plugin for it and no slot of it \
+             is granted (`tenure status` lists them)",
+            escape(&status.node),
+            escape(resource)
+        );
+    }
+    if let Some(node) = &filter.node
+        && status.nodes.is_empty()
+    {
+        anyhow::bail!(
+            "{} knows no node {} (`tenure status` lists them)",
+            escape(&status.node),
+            escape(node)
+        );
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", status.render());
+    }
+    Ok(())
+}
+
 /// The request a command sends, its connection flags, and whether JSON is wanted.
 fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection, bool)> {
     let slot_ref = |text: &str| parse_slot_ref(text).map_err(anyhow::Error::msg);
     Ok(match command {
-        AdminCommand::Status { json, conn } => (AdminRequest::Status, conn, json),
+        AdminCommand::Status {
+            json,
+            resource,
+            on,
+            conn,
+        } => {
+            if let Some(resource) = &resource {
+                crate::catalog::manifest::check_resource_name(resource)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            if let Some(node) = &on {
+                pki::validate_name(node)?;
+            }
+            let filter = StatusQuery {
+                resource,
+                node: on,
+                ..StatusQuery::default()
+            };
+            (AdminRequest::StatusPage(filter), conn, json)
+        }
         AdminCommand::Move { target, to, conn } => {
             let (resource, slot) = slot_ref(&target)?;
             pki::validate_name(&to)?;
@@ -273,7 +347,19 @@ mod tests {
 
     #[test]
     fn commands_become_requests() {
-        assert_eq!(request(&["status"]), AdminRequest::Status);
+        assert_eq!(
+            request(&["status"]),
+            AdminRequest::StatusPage(StatusQuery::default())
+        );
+        assert_eq!(
+            request(&["status", "--resource", "billing", "--on", "n2"]),
+            AdminRequest::StatusPage(StatusQuery {
+                resource: Some("billing".into()),
+                node: Some("n2".into()),
+                ..StatusQuery::default()
+            })
+        );
+        assert!(request_of(parse(&["status", "--resource", "a b"]).unwrap()).is_err());
         assert_eq!(
             request(&["move", "billing/1", "--to", "n2"]),
             AdminRequest::Move {
@@ -318,7 +404,7 @@ mod tests {
 
     #[test]
     fn connection_flags_default_to_the_single_node_development_files() {
-        let AdminCommand::Status { json, conn } = parse(&["status", "--json"]).unwrap() else {
+        let AdminCommand::Status { json, conn, .. } = parse(&["status", "--json"]).unwrap() else {
             panic!()
         };
         assert!(json);

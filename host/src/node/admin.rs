@@ -2,12 +2,14 @@
 //! status is answered by any node from its replica; actions only by the leader, which
 //! proposes them itself (another node names the leader, and the client asks it).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::shared::{Shared, now_ms};
-use crate::api::{Admin, AdminRequest, AdminResponse, RaftView, Status};
+use crate::api::{Admin, AdminRequest, AdminResponse, CertificateView, RaftView, Status};
 use crate::cluster::{Command, Response};
 use crate::events;
+use crate::pki::Identity;
 use crate::placement;
 use crate::raft::ProposeError;
 use crate::runtime::BoxFuture;
@@ -48,7 +50,10 @@ impl Admin for NodeAdmin {
                         .collect();
                     Status::build(c, view, pending, now)
                 });
-                return Ok(AdminResponse::Status(status));
+                return Ok(AdminResponse::Status(Status {
+                    certificates: certificates(&shared),
+                    ..status
+                }));
             }
             let (command, message) = shared.read(|c| {
                 crate::api::command_for(&request, c, now)
@@ -91,6 +96,27 @@ impl Admin for NodeAdmin {
             }
         })
     }
+}
+
+/// This node's certificate and those of the nodes and operators connected to it, once
+/// each, by name.
+fn certificates(shared: &Shared) -> Vec<CertificateView> {
+    let transport = shared.rpc().transport();
+    let own = transport.tls_info();
+    let view = |identity: &Identity, key: &str, certificate: &str, own: bool| CertificateView {
+        name: identity.name.clone(),
+        kind: identity.kind.as_str().into(),
+        key: key.to_owned(),
+        certificate: certificate.to_owned(),
+        own,
+    };
+    let mut seen: BTreeSet<CertificateView> = transport
+        .connections()
+        .iter()
+        .map(|c| view(&c.peer.identity, &c.peer.key, &c.peer.fingerprint, false))
+        .collect();
+    seen.insert(view(&own.identity, &own.key, &own.fingerprint, true));
+    seen.into_iter().collect()
 }
 
 /// The answer of a node that is not the leader: ask the leader it knows of.

@@ -119,6 +119,9 @@ pub struct TlsInfo {
     pub identity: Identity,
     /// Our certificate's fingerprint: what new handshakes present.
     pub fingerprint: String,
+    /// Its key's fingerprint ([`crate::pki::key_fingerprint`]), under which it would be
+    /// revoked.
+    pub key: String,
     /// End of our certificate's validity.
     pub not_after: SystemTime,
     /// The fingerprints of the CAs new handshakes trust, in bundle order.
@@ -234,6 +237,12 @@ impl Transport {
         TlsInfo {
             identity: own.identity.clone(),
             fingerprint: own.fingerprint.clone(),
+            key: own
+                .key
+                .cert
+                .first()
+                .and_then(|leaf| crate::pki::key_fingerprint(leaf).ok())
+                .unwrap_or_default(),
             not_after: own.not_after,
             ca_fingerprints: self.shared.tls.current().trust.ca_fingerprints.clone(),
         }
