@@ -39,6 +39,12 @@ pub enum Command {
     /// Operator commands: status, move, drain, undrain, release, revoke.
     #[command(flatten)]
     Admin(AdminCommand),
+    /// Print the completion script for a shell, e.g.
+    /// `tenure completions bash > ~/.local/share/bash-completion/completions/tenure`.
+    Completions {
+        /// The shell (bash, zsh, fish, elvish or powershell).
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -180,6 +186,24 @@ pub fn init_logging(format: LogFormat) {
             .with_target(false)
             .init(),
     }
+}
+
+/// Lets a write into a pipe whose reader has gone end the process quietly, as it ends
+/// `cat` or `ls` (killed by SIGPIPE: status 141 in a shell), for the commands that print
+/// and exit (`tenure plugin check x | head -1`). Rust starts with SIGPIPE ignored, so such
+/// a write fails with EPIPE instead and `println!` panics ("failed printing to stdout").
+/// Not for `tenure run`: a node must outlive whoever reads its log.
+pub fn end_quietly_on_broken_pipe() {
+    // SAFETY: restoring a signal's default disposition, called from `main` before any
+    // thread exists, touches no state of the program.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// `tenure completions SHELL`: the script on stdout.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use clap::CommandFactory as _;
+    clap_complete::generate(shell, &mut Cli::command(), "tenure", &mut std::io::stdout());
+    Ok(())
 }
 
 /// `tenure run`.

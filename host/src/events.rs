@@ -16,6 +16,8 @@ pub const CATALOG_REMOVED: &str = "catalog.removed";
 /// A manifest setting this node cannot honour was clamped (a stop grace longer than a
 /// quarter of the lease TTL).
 pub const CATALOG_CLAMPED: &str = "catalog.clamped";
+/// The plugins folder cannot be watched with inotify; it is polled (`path`, `error`).
+pub const CATALOG_POLLING: &str = "catalog.polling";
 pub const RESOURCE_PENDING: &str = "resource.pending";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
 pub const PLUGIN_STARTED: &str = "plugin.started";

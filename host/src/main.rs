@@ -5,6 +5,9 @@ use tenure::cli::{Cli, Command, PluginCommand};
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        tenure::cli::end_quietly_on_broken_pipe();
+    }
     let result = match cli.command {
         Command::Run(args) => tenure::cli::run(args),
         Command::Plugin(PluginCommand::Check { file, manifest }) => {
@@ -12,6 +15,7 @@ fn main() {
         }
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
+        Command::Completions { shell } => tenure::cli::completions(shell),
     };
     if let Err(err) = result {
         eprintln!("tenure: {err:#}");

@@ -283,13 +283,38 @@ pub fn tenure(args: &[&str], cwd: &Path) -> Output {
     wait_output(child, WAIT, &format!("tenure {}", args.join(" ")))
 }
 
-/// Waits for a child to exit and collects its output; kills it and panics after `timeout`.
+/// Runs `tenure ARGS` like [`tenure`], but with its stdout a pipe whose reading end is
+/// already closed, as in `tenure ARGS | head -0` once `head` has gone: every write fails
+/// with EPIPE (or raises SIGPIPE). The returned stdout is empty.
+pub fn tenure_into_closed_pipe(args: &[&str], cwd: &Path) -> Output {
+    let (reader, writer) = std::io::pipe().expect("making a pipe");
+    drop(reader);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command.args(args).current_dir(cwd);
+    clean_env(&mut command);
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning tenure");
+    wait_output(
+        child,
+        WAIT,
+        &format!("tenure {} | (closed)", args.join(" ")),
+    )
+}
+
+/// Waits for a child to exit and collects its output (what is piped of it); kills it and
+/// panics after `timeout`.
 fn wait_output(mut child: Child, timeout: Duration, what: &str) -> Output {
-    let mut stdout = child.stdout.take().expect("piped stdout");
+    let stdout = child.stdout.take();
     let mut stderr = child.stderr.take().expect("piped stderr");
     let out = thread::spawn(move || {
         let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf);
+        if let Some(mut stdout) = stdout {
+            let _ = stdout.read_to_end(&mut buf);
+        }
         buf
     });
     let err = thread::spawn(move || {

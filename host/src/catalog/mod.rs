@@ -1,9 +1,20 @@
 //! The plugins folder: `<name>.wasm` plus an optional `<name>.toml` manifest.
 //!
-//! The folder is polled every [`POLL_INTERVAL`]. A plugin is read only once its files
-//! have kept the same size and modification time across two polls, so a file still being
-//! copied in is not mistaken for a bad one (installing by writing elsewhere and renaming
-//! in is still the way to be sure). Each plugin is then reported as an [`Change`]:
+//! **Seeing changes.** inotify ([`inotify`], through the `notify` crate) says the folder
+//! changed; the watch then looks at it (lists it and stats the files). Without an event
+//! it looks every [`WatchOptions::poll`] (1 s) anyway: that slow poll is all there is
+//! where inotify cannot be had, and elsewhere a safety net for what inotify does not see
+//! (a secret file in a subfolder, a network filesystem changed from another machine).
+//! Two looks are at least [`WatchOptions::settle`] (100 ms) apart, so a flood of events
+//! (a log file written in the folder) costs at most ten looks a second.
+//!
+//! **Read once stable.** A plugin is read only once its files have kept the same size and
+//! modification time across two looks, `settle` apart, so a file still being copied in
+//! is not mistaken for a bad one (installing by writing elsewhere and renaming in is
+//! still the way to be sure: a writer that pauses longer than `settle` mid-file gets its
+//! half file read, rejected, and read again once complete). While a plugin is unsettled
+//! the watch looks again after `settle` without waiting for an event, so a new plugin is
+//! read about 100 ms after it is written. Each plugin is then reported as an [`Change`]:
 //! a new or changed plugin (`Upsert`), a removed one (`Removed`), or one whose files are
 //! bad (`Rejected`, with the path and what is wrong). A rejected plugin is reported once
 //! per version of its files, not at every poll.
@@ -12,6 +23,7 @@
 //! does) and does not decide what runs (the node does).
 
 pub mod capabilities;
+mod inotify;
 pub mod manifest;
 
 use std::collections::BTreeMap;
@@ -24,8 +36,28 @@ use tokio::sync::mpsc;
 
 pub use manifest::Manifest;
 
-/// How often the folder is looked at.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// The folder watch's timings (see the module doc). Tests stretch and shrink them.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchOptions {
+    /// How long a plugin's files must stay unchanged before they are read; also the
+    /// shortest time between two looks at the folder.
+    pub settle: Duration,
+    /// How often the folder is looked at when no event says it changed.
+    pub poll: Duration,
+    /// Whether to ask for inotify events at all (without them, changes are seen at the
+    /// slow poll).
+    pub inotify: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> WatchOptions {
+        WatchOptions {
+            settle: Duration::from_millis(100),
+            poll: Duration::from_secs(1),
+            inotify: true,
+        }
+    }
+}
 
 /// One plugin as found in the folder.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,12 +250,41 @@ pub fn read_plugin(
     })
 }
 
-/// Watches `dir` until `changes` is closed. The first poll reports every plugin present,
+/// Watches `dir` until `changes` is closed. The first look reports every plugin present,
 /// followed by [`Change::InitialScanComplete`].
 pub async fn watch(dir: PathBuf, changes: mpsc::Sender<Change>) {
+    watch_with(dir, changes, WatchOptions::default()).await;
+}
+
+/// [`watch`] with the given timings. Returns how many times it looked at the folder (the
+/// flood test bounds it).
+async fn watch_with(dir: PathBuf, changes: mpsc::Sender<Change>, options: WatchOptions) -> u64 {
+    let mut events = if options.inotify {
+        inotify::FolderEvents::new()
+            .inspect_err(|error| {
+                tracing::warn!(
+                    event = crate::events::CATALOG_POLLING,
+                    path = %dir.display(),
+                    %error,
+                    "cannot use inotify; polling the plugins folder instead"
+                )
+            })
+            .ok()
+    } else {
+        None
+    };
     let mut watcher = Watcher::default();
     let mut first = true;
+    let mut looks = 0;
     loop {
+        if changes.is_closed() {
+            return looks;
+        }
+        // Watch before looking, so that a change made after this look wakes the next.
+        if let Some(events) = &mut events {
+            events.follow(&dir);
+        }
+        looks += 1;
         let mut batch = watcher.poll(&dir, first);
         if first {
             batch.push(Change::InitialScanComplete);
@@ -231,10 +292,24 @@ pub async fn watch(dir: PathBuf, changes: mpsc::Sender<Change>) {
         }
         for change in batch {
             if changes.send(change).await.is_err() {
-                return;
+                return looks;
             }
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        // The floor between two looks, and the stability window of an unsettled plugin.
+        tokio::time::sleep(options.settle).await;
+        if watcher.settled() {
+            let changed = async {
+                match &events {
+                    Some(events) => events.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep(options.poll.saturating_sub(options.settle)) => {}
+                () = changes.closed() => return looks,
+            }
+        }
     }
 }
 
@@ -252,6 +327,14 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Whether every plugin seen at the last look was reported as it looked then: if
+    /// not, one is new or changing and must be looked at again to be read.
+    fn settled(&self) -> bool {
+        self.last_seen
+            .iter()
+            .all(|(name, print)| self.reported.get(name) == Some(print))
+    }
+
     /// One look at the folder. On the first poll files are read at once (nothing is
     /// being copied in while the node was down, or if it is, the next poll fixes it).
     fn poll(&mut self, dir: &Path, first: bool) -> Vec<Change> {
@@ -473,6 +556,173 @@ mod tests {
         };
         assert_ne!(first.digest, second.digest);
         assert!(w.poll(dir.path(), false).is_empty());
+    }
+
+    /// Far longer than any bound below: a change seen within a bound was not seen by
+    /// the slow poll.
+    const NEVER: Duration = Duration::from_secs(600);
+    /// Generous bound for a change to be reported.
+    const WAIT: Duration = Duration::from_secs(20);
+
+    /// A folder watch on `dir` with the given timings, past its initial scan.
+    async fn watching(
+        dir: &Path,
+        options: WatchOptions,
+    ) -> (mpsc::Receiver<Change>, tokio::task::JoinHandle<u64>) {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = tokio::spawn(watch_with(dir.to_path_buf(), tx, options));
+        let change = next(&mut rx).await;
+        assert!(matches!(change, Change::InitialScanComplete), "{change:?}");
+        (rx, task)
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<Change>) -> Change {
+        tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("a change is reported within the bound")
+            .expect("the watch is running")
+    }
+
+    /// Installs `name.wasm` the safe way: written beside, renamed in.
+    fn install(dir: &Path, name: &str, bytes: &[u8]) {
+        let temp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&temp, bytes).unwrap();
+        std::fs::rename(&temp, dir.join(format!("{name}.wasm"))).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inotify_reports_changes_long_before_the_slow_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = WatchOptions {
+            poll: NEVER,
+            ..WatchOptions::default()
+        };
+        let (mut rx, _task) = watching(dir.path(), options).await;
+
+        install(dir.path(), "a", b"one");
+        let Change::Upsert(entry) = next(&mut rx).await else {
+            panic!("expected an upsert")
+        };
+        assert_eq!((entry.name.as_str(), &*entry.wasm), ("a", &b"one"[..]));
+
+        // Rewritten in place, then removed.
+        std::fs::write(dir.path().join("a.wasm"), b"two!").unwrap();
+        let Change::Upsert(entry) = next(&mut rx).await else {
+            panic!("expected an upsert")
+        };
+        assert_eq!(&*entry.wasm, b"two!");
+        std::fs::remove_file(dir.path().join("a.wasm")).unwrap();
+        assert!(matches!(next(&mut rx).await, Change::Removed(n) if n == "a"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_inotify_the_slow_poll_sees_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = WatchOptions {
+            poll: Duration::from_millis(300),
+            inotify: false,
+            ..WatchOptions::default()
+        };
+        let (mut rx, _task) = watching(dir.path(), options).await;
+        install(dir.path(), "a", b"one");
+        assert!(matches!(next(&mut rx).await, Change::Upsert(e) if e.name == "a"));
+        std::fs::remove_file(dir.path().join("a.wasm")).unwrap();
+        assert!(matches!(next(&mut rx).await, Change::Removed(n) if n == "a"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_missing_at_start_is_watched_once_it_exists() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("plugins");
+        let (tx, mut rx) = mpsc::channel(64);
+        let options = WatchOptions {
+            poll: Duration::from_millis(300),
+            ..WatchOptions::default()
+        };
+        let _task = tokio::spawn(watch_with(dir.clone(), tx, options));
+        assert!(matches!(next(&mut rx).await, Change::Rejected { path, .. } if path == dir));
+        assert!(matches!(next(&mut rx).await, Change::InitialScanComplete));
+        std::fs::create_dir(&dir).unwrap();
+        install(&dir, "a", b"one");
+        assert!(matches!(next(&mut rx).await, Change::Upsert(e) if e.name == "a"));
+        install(&dir, "b", b"two");
+        assert!(matches!(next(&mut rx).await, Change::Upsert(e) if e.name == "b"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_being_written_is_not_read_until_it_stops_changing() {
+        let dir = tempfile::tempdir().unwrap();
+        // A long window, so that only a writer stalled for half a second could be read
+        // early; the writer below writes every 10 ms.
+        let options = WatchOptions {
+            settle: Duration::from_millis(500),
+            poll: NEVER,
+            inotify: true,
+        };
+        let (mut rx, _task) = watching(dir.path(), options).await;
+        let path = dir.path().join("a.wasm");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let mut written = Vec::new();
+        for chunk in 0..150u32 {
+            use std::io::Write as _;
+            let bytes = chunk.to_le_bytes();
+            file.write_all(&bytes).unwrap();
+            written.extend_from_slice(&bytes);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(
+                rx.try_recv().is_err(),
+                "nothing is read while the file grows (chunk {chunk})"
+            );
+        }
+        drop(file);
+        let Change::Upsert(entry) = next(&mut rx).await else {
+            panic!("expected an upsert")
+        };
+        assert_eq!(&*entry.wasm, &written[..], "the whole file was read");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_events_costs_at_most_one_look_per_settle() {
+        let dir = tempfile::tempdir().unwrap();
+        let settle = Duration::from_millis(50);
+        let options = WatchOptions {
+            settle,
+            poll: NEVER,
+            inotify: true,
+        };
+        let began = std::time::Instant::now();
+        let (mut rx, task) = watching(dir.path(), options).await;
+        // A writer appending to a log file in the folder as fast as it can.
+        let noise = dir.path().join("noise.log");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                use std::io::Write as _;
+                let mut file = std::fs::File::create(noise).unwrap();
+                let mut writes = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    file.write_all(b"x").unwrap();
+                    writes += 1;
+                }
+                writes
+            }
+        });
+        // Changes are still seen in the flood.
+        install(dir.path(), "a", b"one");
+        assert!(matches!(next(&mut rx).await, Change::Upsert(e) if e.name == "a"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let writes = writer.join().unwrap();
+        drop(rx);
+        let looks = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+        let elapsed = began.elapsed();
+        let bound = (elapsed.as_millis() / settle.as_millis()) as u64 + 2;
+        assert!(writes > 1000, "a flood: {writes} writes");
+        assert!(
+            looks <= bound,
+            "{looks} looks in {elapsed:?} of {writes} writes (at most {bound})"
+        );
     }
 
     #[test]

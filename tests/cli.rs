@@ -1,0 +1,312 @@
+//! The command line's manners, against the real binary: output into a pipe whose reader
+//! has gone ends the command quietly, and the shell completion scripts complete. And
+//! `scripts/cluster`, run for real.
+
+mod support;
+
+use std::io::{BufRead as _, BufReader, Read};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A printer whose reader went away ended quietly: exit 0, or killed by SIGPIPE as
+/// `cat` and `ls` are (status 141 in a shell), and nothing on stderr about it.
+fn assert_quiet_end(what: &str, out: &Output) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "`{what}` into a closed pipe: {:?}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "`{what}` into a closed pipe printed:\n{stderr}"
+    );
+}
+
+#[test]
+fn printers_end_quietly_when_their_reader_has_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let heartbeat = plugins().heartbeat.to_str().unwrap().to_string();
+    let cases: &[&[&str]] = &[
+        &["certs", "init", "--out", "ca"],
+        &["plugin", "check", &heartbeat],
+        &["completions", "bash"],
+        &["--help"],
+    ];
+    for args in cases {
+        let out = tenure_into_closed_pipe(args, dir.path());
+        assert_quiet_end(&args.join(" "), &out);
+    }
+    // The command did its work all the same: the CA was written.
+    assert!(dir.path().join("ca/ca.pem").exists());
+}
+
+#[test]
+fn bash_completion_completes_commands_and_their_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenure(&["completions", "bash"], dir.path());
+    assert!(out.status.success(), "{out:?}");
+    let script = dir.path().join("tenure.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    // What bash offers after `tenure ce<TAB>` and `tenure completions <TAB>`, asked of a
+    // real bash with the script loaded, called the way bash's completion calls it.
+    let complete = |words: &[&str]| {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(
+                r#"source "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
+                _tenure tenure "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}";
+                printf '%s\n' "${COMPREPLY[@]}""#,
+            )
+            .arg(&script)
+            .args(words)
+            .output()
+            .expect("running bash");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let offered = complete(&["tenure", "ce"]);
+    assert_eq!(offered.trim(), "certs", "after `tenure ce`: {offered}");
+    let offered = complete(&["tenure", "completions", ""]);
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(
+            offered.lines().any(|l| l == shell),
+            "after `tenure completions `: {offered}"
+        );
+    }
+}
+
+#[test]
+fn zsh_and_fish_scripts_name_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (shell, marker) in [("zsh", "#compdef tenure"), ("fish", "complete -c tenure")] {
+        let out = tenure(&["completions", shell], dir.path());
+        assert!(out.status.success(), "{out:?}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        for command in ["run", "certs", "status", "completions"] {
+            assert!(script.contains(command), "{shell} script lacks {command}");
+        }
+    }
+}
+
+/// `scripts/cluster 3` for real: it prints the operator's exports, `tenure status` with
+/// them sees three nodes, and one SIGINT (what Ctrl-C sends it) stops every node.
+#[test]
+fn scripts_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster");
+    let port = free_udp_ports(3);
+    let mut command = Command::new(script);
+    command
+        .arg("3")
+        .env("TENURE_BIN", env!("CARGO_BIN_EXE_tenure"))
+        .env("TENURE_CLUSTER_DIR", dir.path().join("cluster"))
+        .env("TENURE_CLUSTER_PORT", port.to_string())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut run = ScriptRun::spawn(command);
+
+    eprintln!("phase: the script prints the exports");
+    let exports = run.wait_line(|l| l.starts_with("export TENURE_ADMIN_"));
+    let vars: Vec<(String, String)> = exports["export ".len()..]
+        .split_whitespace()
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').expect("KEY=VALUE");
+            assert!(!value.contains('\\'), "a plain value: {exports}");
+            (key.to_string(), value.to_string())
+        })
+        .collect();
+    let keys: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+    for key in ["ADDR", "NODE", "CA", "CERT", "KEY"] {
+        assert!(
+            keys.contains(&format!("TENURE_ADMIN_{key}").as_str()),
+            "{exports}"
+        );
+    }
+
+    eprintln!("phase: tenure status with them sees three nodes with a session");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last;
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["status", "--json"])
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .current_dir(dir.path())
+            .output()
+            .expect("running tenure status");
+        if out.status.success() {
+            let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let live = status["nodes"].as_array().map_or(0, |nodes| {
+                nodes.iter().filter(|n| !n["session"].is_null()).count()
+            });
+            if live == 3 {
+                break;
+            }
+            last = status.to_string();
+        } else {
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not three live nodes in time; last answer: {last}\nscript output:\n{}",
+            run.output()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    eprintln!("phase: SIGINT stops every node");
+    let nodes = run.nodes();
+    assert_eq!(nodes.len(), 3, "three tenure processes: {nodes:?}");
+    // SAFETY: kill(2) with the pid of our own child.
+    unsafe { libc::kill(run.child.id() as libc::pid_t, libc::SIGINT) };
+    let status = run.wait_exit(Duration::from_secs(90));
+    assert!(status.success(), "{status:?}\n{}", run.output());
+    assert!(
+        run.output().contains("all nodes stopped"),
+        "{}",
+        run.output()
+    );
+    for pid in nodes {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "node {pid} still runs"
+        );
+    }
+}
+
+/// `n` consecutive UDP ports on 127.0.0.1 that are free now: the first of them.
+fn free_udp_ports(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let base = first.local_addr().unwrap().port();
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        let rest: Vec<_> = (1..n)
+            .map(|k| std::net::UdpSocket::bind(("127.0.0.1", base + k)))
+            .collect();
+        if rest.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free UDP ports");
+}
+
+/// The script running, its output lines collected, and every process it started killed
+/// if the test ends early.
+struct ScriptRun {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl ScriptRun {
+    fn spawn(mut command: Command) -> ScriptRun {
+        let mut child = command.spawn().expect("spawning scripts/cluster");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        ScriptRun { child, lines }
+    }
+
+    fn output(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn wait_line(&mut self, accept: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(line) = self.lines.lock().unwrap().iter().find(|l| accept(l)) {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < deadline && self.child.try_wait().unwrap().is_none(),
+                "no such line; output:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The `tenure` processes the script started (its children running the binary).
+    fn nodes(&self) -> Vec<u32> {
+        children(self.child.id())
+            .into_iter()
+            .filter(|(_, comm)| comm == "tenure")
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scripts/cluster did not exit; output:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ScriptRun {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        kill_descendants(self.child.id());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SIGKILLs every process below `pid` (the nodes, the log tails).
+fn kill_descendants(pid: u32) {
+    for (child, _) in children(pid) {
+        kill_descendants(child);
+        // SAFETY: kill(2) on a process this test's script started.
+        unsafe { libc::kill(child as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+/// The processes whose parent is `parent`, with their command names.
+fn children(parent: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if ppid == Some(parent.to_string().as_str()) {
+            found.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    found
+}
