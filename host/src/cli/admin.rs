@@ -8,6 +8,8 @@
 //! (`tenure-data/certs/{ca,operator}.pem`, `operator.key`) and its address
 //! (`127.0.0.1:7400`, node `local`), so on one machine `tenure status` just works. For a
 //! cluster, point them at the operator's files and any node (flags or `TENURE_ADMIN_*`).
+//! `--addr` may name the node too (`NAME@HOST:PORT`); only `tenure watch` (`watch.rs`)
+//! takes several, to fail over between them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;

@@ -20,6 +20,7 @@ use anyhow::Context;
 
 use super::admin::{Connection, Target};
 use crate::api::{AdminClient, AdminError, AdminRequest, AdminResponse, HOLD, Resume, WatchEvent};
+use crate::cluster::HISTORY_LEN;
 use crate::terminal::escape;
 
 /// The pause after a round in which no node answered.
@@ -86,8 +87,10 @@ async fn follow(
                     eprintln!("watch: no slots{of} yet; waiting for changes");
                 }
                 if taken.resync {
-                    let note = "changes were missed (the cluster keeps the last 1000): a fresh \
-                                listing follows";
+                    let note = format!(
+                        "changes were missed (the cluster keeps the last {HISTORY_LEN}): a \
+                         fresh listing follows"
+                    );
                     eprintln!("watch: {note}");
                     if json {
                         let line = serde_json::json!({
