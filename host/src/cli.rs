@@ -9,8 +9,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+mod watch;
 
-pub use admin::{AdminCommand, Connection, admin};
+pub use admin::{AdminCommand, Connection, Target, admin};
+pub use watch::watch;
 
 use crate::catalog;
 use crate::config::{Config, Overrides};
@@ -45,6 +47,23 @@ pub enum Command {
         /// The shell (bash, zsh, fish, elvish or powershell).
         shell: clap_complete::Shell,
     },
+    /// Print every slot's owner, then every ownership change as the cluster applies it
+    /// (granted, releasing, released, vacant), until interrupted. Any node answers; give
+    /// --addr more than once (NAME@HOST:PORT) to fail over between nodes.
+    Watch(WatchArgs),
+}
+
+/// `tenure watch`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Only this resource.
+    #[arg(value_name = "RESOURCE")]
+    pub resource: Option<String>,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub conn: Connection,
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,6 +16,7 @@ fn main() {
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),
+        Command::Watch(args) => tenure::cli::watch(args.resource, args.json, args.conn),
     };
     if let Err(err) = result {
         eprintln!("tenure: {err:#}");

@@ -26,8 +26,8 @@ pub fn command_for(
     now_ms: u64,
 ) -> Result<Command, String> {
     match request {
-        AdminRequest::Status | AdminRequest::StatusPage(_) => {
-            Err("status is a question, not an action: it has no command".into())
+        AdminRequest::Status | AdminRequest::StatusPage(_) | AdminRequest::Watch { .. } => {
+            Err(format!("{request} is a question, not an action: it has no command"))
         }
         AdminRequest::Move { resource, slot, to } => {
             let (slot, held) = granted_slot(cluster, resource, *slot, "move")?;

@@ -1,7 +1,7 @@
 //! The admin API: what an operator may ask a node, and how it travels.
 //!
 //! An operator (a person or tool holding an operator certificate of the cluster CA) runs
-//! `tenure status`, `move`, `drain`, `undrain`, `release` or `revoke`. Each is one
+//! `tenure status`, `watch`, `move`, `drain`, `undrain`, `release` or `revoke`. Each is one
 //! [`AdminRequest`] sent over the cluster transport as an operator request (see
 //! `crate::rpc`'s `operator.rs`): mutual TLS authenticates the operator, there is no
 //! envelope, and the node answers with one [`AdminResponse`] or an error message. Both
@@ -17,6 +17,9 @@
 //!   session, …), and [`describe`], the sentence that tells the operator what happens next;
 //! - `status.rs`: [`Status`], what `tenure status` shows, built from the replicated state
 //!   and the node's view of Raft, with a text form ([`Status::render`]) and JSON (serde);
+//! - `watch.rs`: the watch protocol, a long poll any node answers from its replica (a
+//!   listing, then the changes after a log index), and [`Resume`], the client's side
+//!   that neither loses nor repeats a change when it moves between nodes;
 //! - `client.rs`: [`AdminClient`], the operator's side: binds a transport with the
 //!   operator certificate, sends one request, and turns every failure into a message that
 //!   says what to do.
@@ -35,6 +38,7 @@ mod actions;
 mod client;
 mod pages;
 mod status;
+mod watch;
 
 use std::fmt;
 use std::sync::Arc;
@@ -47,6 +51,9 @@ pub use pages::{PAGE_BYTES, StatusPage, StatusQuery, merge, page};
 pub use status::{
     CertificateView, HistoryView, NodeView, PluginView, RaftView, ReleasingView, ResourceView,
     RevokedView, Role, SessionView, SlotState, SlotView, Status,
+};
+pub use watch::{
+    Batch, Event, HOLD, Resume, Since, Taken, WatchAnswer, WatchEvent, last_change, listing, since,
 };
 
 use crate::rpc::OperatorService;
@@ -87,6 +94,13 @@ pub enum AdminRequest {
     /// cluster's status does not fit in one answer. [`AdminService`] answers it from the
     /// [`AdminRequest::Status`] the node gives.
     StatusPage(StatusQuery),
+    /// The slots (of `resource`, if given) and their changes (`watch.rs`): with `after`
+    /// `None`, a listing; else the changes after that log index, waiting up to
+    /// [`HOLD`] for one. Any node answers from its replica.
+    Watch {
+        resource: Option<String>,
+        after: Option<u64>,
+    },
 }
 
 /// A node's answer to an [`AdminRequest`].
@@ -102,6 +116,8 @@ pub enum AdminResponse {
     Leader { node: String, addr: String },
     /// The answer to [`AdminRequest::StatusPage`].
     StatusPage(StatusPage),
+    /// The answer to [`AdminRequest::Watch`].
+    Watch(WatchAnswer),
 }
 
 /// The node's side of the admin API.
@@ -246,9 +262,19 @@ impl fmt::Display for AdminRequest {
                     write!(f, " --resource {resource}")?;
                 }
                 if let Some(node) = &query.node {
-                    write!(f, " --node {node}")?;
+                    write!(f, " --on {node}")?;
                 }
                 Ok(())
+            }
+            AdminRequest::Watch { resource, after } => {
+                f.write_str("watch")?;
+                if let Some(resource) = resource {
+                    write!(f, " {resource}")?;
+                }
+                match after {
+                    Some(index) => write!(f, " after {index}"),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -262,3 +288,5 @@ mod fixture;
 mod status_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;

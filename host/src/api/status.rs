@@ -627,7 +627,10 @@ fn plugin_view(resource: &str, a: &crate::cluster::Advert) -> PluginView {
 
 /// Every resource a live node advertises, that has a granted slot, or that placement
 /// reports a pending slot of; with its slots.
-fn resources(cluster: &Cluster, pending: &BTreeMap<(String, u32), String>) -> Vec<ResourceView> {
+pub(super) fn resources(
+    cluster: &Cluster,
+    pending: &BTreeMap<(String, u32), String>,
+) -> Vec<ResourceView> {
     let names: BTreeSet<&str> = cluster
         .members
         .values()

@@ -8,6 +8,8 @@
 //! (`tenure-data/certs/{ca,operator}.pem`, `operator.key`) and its address
 //! (`127.0.0.1:7400`, node `local`), so on one machine `tenure status` just works. For a
 //! cluster, point them at the operator's files and any node (flags or `TENURE_ADMIN_*`).
+//! `--addr` may name the node too (`NAME@HOST:PORT`); only `tenure watch` (`watch.rs`)
+//! takes several, to fail over between them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -111,9 +113,15 @@ pub enum AdminCommand {
 /// Which node to ask, and as whom.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// The node's address (host:port).
-    #[arg(long, env = "TENURE_ADMIN_ADDR", default_value = "127.0.0.1:7400")]
-    pub addr: String,
+    /// The node's address (host:port), or NAME@host:port to name the node too. `tenure
+    /// watch` takes it more than once (nodes to fail over to); the other commands once.
+    #[arg(
+        long,
+        env = "TENURE_ADMIN_ADDR",
+        default_value = "127.0.0.1:7400",
+        value_delimiter = ','
+    )]
+    pub addr: Vec<String>,
     /// The node's name (its certificate must carry it).
     #[arg(
         long = "node",
@@ -159,14 +167,50 @@ impl Connection {
         }
     }
 
-    /// The node's address, resolved (the first address a host name resolves to).
-    pub fn socket_addr(&self) -> anyhow::Result<SocketAddr> {
+    /// The nodes `--addr` names, in order: NAME@host:port, or host:port for the node
+    /// named by `--node`.
+    pub fn targets(&self) -> anyhow::Result<Vec<Target>> {
         self.addr
-            .to_socket_addrs()
-            .with_context(|| format!("--addr {:?} is not a host:port address", self.addr))?
-            .next()
-            .with_context(|| format!("--addr {:?} resolves to no address", self.addr))
+            .iter()
+            .map(|text| {
+                let (name, addr) = match text.split_once('@') {
+                    Some((name, addr)) => {
+                        pki::validate_name(name)
+                            .with_context(|| format!("--addr {text:?}: the node name"))?;
+                        (name.to_owned(), addr.to_owned())
+                    }
+                    None => (self.node_name.clone(), text.clone()),
+                };
+                Ok(Target { name, addr })
+            })
+            .collect()
     }
+
+    /// The one node to ask, its address resolved (the first address a host name
+    /// resolves to).
+    pub fn target(&self) -> anyhow::Result<(String, SocketAddr)> {
+        let mut targets = self.targets()?;
+        if targets.len() != 1 {
+            anyhow::bail!(
+                "--addr is given {} times: only `tenure watch` takes several nodes",
+                targets.len()
+            );
+        }
+        let Target { name, addr } = targets.remove(0);
+        let resolved = addr
+            .to_socket_addrs()
+            .with_context(|| format!("--addr {addr:?} is not a host:port address"))?
+            .next()
+            .with_context(|| format!("--addr {addr:?} resolves to no address"))?;
+        Ok((name, resolved))
+    }
+}
+
+/// A node to ask: its name (its certificate must carry it) and address (host:port).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub name: String,
+    pub addr: String,
 }
 
 /// Runs one admin command.
@@ -175,14 +219,14 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
     if let AdminRequest::StatusPage(filter) = request {
         return status(json, filter, conn);
     }
-    let addr = conn.socket_addr()?;
+    let (node, addr) = conn.target()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let answer = runtime.block_on(async {
         let client = AdminClient::new(conn.files(), addr, conn.timeout).await?;
-        let answer = client.request(&conn.node_name, addr, &request).await;
+        let answer = client.request(&node, addr, &request).await;
         client.close().await;
         answer
     })?;
@@ -194,6 +238,7 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
         // The node's own words: shown escaped, like everything a node sends.
         AdminResponse::Done(message) => println!("{}", escape(&message)),
         AdminResponse::StatusPage(_) => anyhow::bail!("the node answered with a status page"),
+        AdminResponse::Watch(_) => anyhow::bail!("the node answered with a watch"),
         AdminResponse::Leader { node, addr } => {
             anyhow::bail!(
                 "{} at {} is the leader: send the request there",
@@ -207,14 +252,14 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
 
 /// `tenure status`: the status, read page by page, narrowed and printed.
 fn status(json: bool, filter: StatusQuery, conn: Connection) -> anyhow::Result<()> {
-    let addr = conn.socket_addr()?;
+    let (node, addr) = conn.target()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let status = runtime.block_on(async {
         let client = AdminClient::new(conn.files(), addr, conn.timeout).await?;
-        let answer = client.status(&conn.node_name, addr, &filter).await;
+        let answer = client.status(&node, addr, &filter).await;
         client.close().await;
         answer
     })?;
@@ -408,10 +453,9 @@ mod tests {
             panic!()
         };
         assert!(json);
-        assert_eq!(conn.node_name, "local");
         assert_eq!(
-            conn.socket_addr().unwrap(),
-            "127.0.0.1:7400".parse().unwrap()
+            conn.target().unwrap(),
+            ("local".into(), "127.0.0.1:7400".parse().unwrap())
         );
         let files = conn.files();
         assert_eq!(files.ca, PathBuf::from("tenure-data/certs/ca.pem"));
@@ -439,9 +483,51 @@ mod tests {
         assert_eq!(files.key, PathBuf::from("/srv/t/certs/operator.key"));
         assert_eq!(conn.timeout, Duration::from_secs(2));
         assert_eq!(
-            conn.socket_addr().unwrap(),
-            "10.0.0.1:7401".parse().unwrap()
+            conn.target().unwrap(),
+            ("local".into(), "10.0.0.1:7401".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn several_addrs_name_nodes_for_a_watch_and_are_refused_elsewhere() {
+        let Command::Watch(args) = Cli::try_parse_from([
+            "tenure",
+            "watch",
+            "billing",
+            "--json",
+            "--addr",
+            "n1@10.0.0.1:7400",
+            "--addr",
+            "10.0.0.2:7400",
+            "--node",
+            "n2",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not a watch")
+        };
+        assert_eq!(args.resource.as_deref(), Some("billing"));
+        assert!(args.json);
+        let targets = args.conn.targets().unwrap();
+        let pairs: Vec<(&str, &str)> = targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.addr.as_str()))
+            .collect();
+        assert_eq!(pairs, [("n1", "10.0.0.1:7400"), ("n2", "10.0.0.2:7400")]);
+        let AdminCommand::Status { conn, .. } =
+            parse(&["status", "--addr", "a:1", "--addr", "b:2"]).unwrap()
+        else {
+            panic!()
+        };
+        let err = conn.target().unwrap_err().to_string();
+        assert!(err.contains("only `tenure watch`"), "{err}");
+        let AdminCommand::Status { conn, .. } =
+            parse(&["status", "--addr", "bad name@a:1"]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(conn.targets().is_err());
     }
 
     #[test]

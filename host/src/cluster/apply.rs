@@ -156,7 +156,7 @@ impl Cluster {
                 self.record(
                     index,
                     at_ms,
-                    (&resource, slot, &node, index),
+                    (&resource, slot, &node, index, term),
                     HistoryKind::Granted,
                 );
                 Response::Granted { token: index, term }
@@ -181,7 +181,7 @@ impl Cluster {
                 self.record(
                     index,
                     at_ms,
-                    (&resource, slot, &owner, index),
+                    (&resource, slot, &owner, index, term),
                     HistoryKind::Regranted,
                 );
                 Response::Granted { token: index, term }
@@ -201,11 +201,11 @@ impl Cluster {
                     return Response::Done;
                 }
                 held.releasing = Some(Releasing { reason, to, at_ms });
-                let owner = held.owner.clone();
+                let (owner, granted_in) = (held.owner.clone(), held.term);
                 self.record(
                     index,
                     at_ms,
-                    (&resource, slot, &owner, token),
+                    (&resource, slot, &owner, token, granted_in),
                     HistoryKind::HandoverBegun(reason),
                 );
                 Response::Done
@@ -221,7 +221,7 @@ impl Cluster {
                     .filter(|s| s.token == token)
                     .and_then(|s| s.releasing.as_ref()?.to.clone());
                 match self.remove_slot(&resource, slot, token) {
-                    Some(owner) => {
+                    Some((owner, granted_in)) => {
                         if let Some(to) = to {
                             self.preferred
                                 .entry(resource.clone())
@@ -231,7 +231,7 @@ impl Cluster {
                         self.record(
                             index,
                             at_ms,
-                            (&resource, slot, &owner, token),
+                            (&resource, slot, &owner, token, granted_in),
                             HistoryKind::Released,
                         );
                         Response::Done
@@ -246,14 +246,14 @@ impl Cluster {
                 until_ms,
                 at_ms,
             } => match self.remove_slot(&resource, slot, token) {
-                Some(owner) => {
+                Some((owner, granted_in)) => {
                     let cooldown = self.cooldown.entry(resource.clone()).or_default();
                     cooldown.retain(|_, until| *until > at_ms);
                     cooldown.insert(owner.clone(), until_ms);
                     self.record(
                         index,
                         at_ms,
-                        (&resource, slot, &owner, token),
+                        (&resource, slot, &owner, token, granted_in),
                         HistoryKind::GaveUp,
                     );
                     Response::Done
@@ -330,8 +330,9 @@ impl Cluster {
             .filter(|s| s.token == token)
     }
 
-    /// Removes the slot if `token` is its current grant; returns its owner.
-    fn remove_slot(&mut self, resource: &str, slot: u32, token: u64) -> Option<String> {
+    /// Removes the slot if `token` is its current grant; returns its owner and the term
+    /// of that grant.
+    fn remove_slot(&mut self, resource: &str, slot: u32, token: u64) -> Option<(String, u64)> {
         let slots = self.resources.get_mut(resource)?;
         if slots.get(&slot)?.token != token {
             return None;
@@ -340,7 +341,7 @@ impl Cluster {
         if slots.is_empty() {
             self.resources.remove(resource);
         }
-        Some(removed.owner)
+        Some((removed.owner, removed.term))
     }
 
     /// Sets and removes adverts of a known member. A new version of a plugin gets a fresh
@@ -375,19 +376,31 @@ impl Cluster {
 
     /// Vacates every slot `node` holds.
     fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
-        let held: Vec<(String, u32, u64)> = self
+        let held: Vec<(String, u32, u64, u64)> = self
             .slots_of(node)
-            .map(|(r, n, s)| (r.to_owned(), n, s.token))
+            .map(|(r, n, s)| (r.to_owned(), n, s.token, s.term))
             .collect();
-        for (resource, slot, token) in held {
+        for (resource, slot, token, term) in held {
             self.remove_slot(&resource, slot, token);
-            self.record(index, at_ms, (&resource, slot, node, token), kind.clone());
+            self.record(
+                index,
+                at_ms,
+                (&resource, slot, node, token, term),
+                kind.clone(),
+            );
         }
     }
 
-    /// Appends to the bounded history; `at` is (resource, slot, node, token).
-    fn record(&mut self, index: u64, at_ms: u64, at: (&str, u32, &str, u64), what: HistoryKind) {
-        let (resource, slot, node, token) = at;
+    /// Appends to the bounded history; `at` is (resource, slot, node, token, and the
+    /// term of the grant that token names).
+    fn record(
+        &mut self,
+        index: u64,
+        at_ms: u64,
+        at: (&str, u32, &str, u64, u64),
+        what: HistoryKind,
+    ) {
+        let (resource, slot, node, token, term) = at;
         if self.history.len() == HISTORY_LEN {
             self.history.pop_front();
         }
@@ -399,6 +412,7 @@ impl Cluster {
             node: node.to_owned(),
             token,
             what,
+            term,
         });
     }
 }

@@ -149,6 +149,8 @@ pub struct HistoryEntry {
     pub node: String,
     pub token: u64,
     pub what: HistoryKind,
+    /// The Raft term of the grant `token` names (`tenure watch` shows it with the token).
+    pub term: u64,
 }
 
 /// What happened to a slot.

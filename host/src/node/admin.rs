@@ -1,13 +1,17 @@
-//! Operator requests (`tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`):
-//! status is answered by any node from its replica; actions only by the leader, which
-//! proposes them itself (another node names the leader, and the client asks it).
+//! Operator requests (`tenure status`, `watch`, `move`, `drain`, `undrain`, `release`,
+//! `revoke`): status and watch are answered by any node from its replica; actions only by
+//! the leader, which proposes them itself (another node names the leader, and the client
+//! asks it).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::shared::{Shared, now_ms};
-use crate::api::{Admin, AdminRequest, AdminResponse, CertificateView, RaftView, Status};
-use crate::cluster::{Command, Response};
+use crate::api::{
+    Admin, AdminRequest, AdminResponse, Batch, CertificateView, HOLD, RaftView, Since, Status,
+    WatchAnswer,
+};
+use crate::cluster::{Cluster, Command, Response};
 use crate::events;
 use crate::pki::Identity;
 use crate::placement;
@@ -43,17 +47,16 @@ impl Admin for NodeAdmin {
                     learners: members.learners.into_keys().collect(),
                 };
                 let status = shared.read(|c| {
-                    let pending = placement::plan(c, now, &placement::Options::default())
-                        .pending
-                        .into_iter()
-                        .map(|p| (p.resource, p.slot, p.reason))
-                        .collect();
-                    Status::build(c, view, pending, now)
+                    let pending = pending(c, now).into_iter().map(|((r, s), why)| (r, s, why));
+                    Status::build(c, view, pending.collect(), now)
                 });
                 return Ok(AdminResponse::Status(Status {
                     certificates: certificates(&shared),
                     ..status
                 }));
+            }
+            if let AdminRequest::Watch { resource, after } = &request {
+                return watch(&shared, resource.as_deref(), *after).await;
             }
             let (command, message) = shared.read(|c| {
                 crate::api::command_for(&request, c, now)
@@ -117,6 +120,68 @@ fn certificates(shared: &Shared) -> Vec<CertificateView> {
         .collect();
     seen.insert(view(&own.identity, &own.key, &own.fingerprint, true));
     seen.into_iter().collect()
+}
+
+/// The slots placement leaves vacant, with its reasons, as this node sees them now.
+fn pending(cluster: &Cluster, now: u64) -> BTreeMap<(String, u32), String> {
+    placement::plan(cluster, now, &placement::Options::default())
+        .pending
+        .into_iter()
+        .map(|p| ((p.resource, p.slot), p.reason))
+        .collect()
+}
+
+/// Answers a watch from the replica (`api/watch.rs`): a listing, or the changes after
+/// `after` as soon as there is one, or none after [`HOLD`]. The applied index is marked
+/// seen before each look at the state, so a change applied in between wakes the wait.
+async fn watch(
+    shared: &Shared,
+    resource: Option<&str>,
+    after: Option<u64>,
+) -> Result<AdminResponse, String> {
+    let answer = |c: &Cluster, batch: Batch, upto: u64, events| WatchAnswer {
+        node: shared.me.clone(),
+        batch,
+        upto,
+        events,
+        members: c
+            .members
+            .iter()
+            .map(|(name, m)| (name.clone(), m.addr.clone()))
+            .collect(),
+    };
+    let list = |c: &Cluster, batch: Batch| {
+        crate::api::listing(c, resource, &pending(c, now_ms()))
+            .map(|events| answer(c, batch, crate::api::last_change(c), events))
+    };
+    let Some(after) = after else {
+        return shared
+            .read(|c| list(c, Batch::Listing))
+            .map(AdminResponse::Watch);
+    };
+    let deadline = tokio::time::Instant::now() + HOLD;
+    let mut applied = shared.control.applied();
+    loop {
+        applied.borrow_and_update();
+        // Ok: an answer to send now; Err: nothing new yet, and the answer that says so.
+        let look = shared.read(|c| match crate::api::since(c, resource, after) {
+            Since::Compacted => Ok(list(c, Batch::Resync)),
+            Since::Changes { events, upto } if events.is_empty() => {
+                Err(answer(c, Batch::Changes, upto, events))
+            }
+            Since::Changes { events, upto } => Ok(Ok(answer(c, Batch::Changes, upto, events))),
+        });
+        let quiet = match look {
+            Ok(found) => return found.map(AdminResponse::Watch),
+            Err(quiet) => quiet,
+        };
+        // Wait for the next applied entry, until the hold ends (or the node stops
+        // applying, as it shuts down), then say there is nothing new.
+        match tokio::time::timeout_at(deadline, applied.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) | Err(_) => return Ok(AdminResponse::Watch(quiet)),
+        }
+    }
 }
 
 /// The answer of a node that is not the leader: ask the leader it knows of.
