@@ -32,23 +32,7 @@ impl Admin for NodeAdmin {
         Box::pin(async move {
             let now = now_ms();
             if request == AdminRequest::Status {
-                let members = shared.control.members();
-                let view = RaftView {
-                    node: shared.me.clone(),
-                    leader: shared.control.leader().map(|(name, _)| name),
-                    term: shared.control.term(),
-                    voters: members.voters.into_keys().collect(),
-                    learners: members.learners.into_keys().collect(),
-                };
-                let status = shared.read(|c| {
-                    let pending = placement::plan(c, now, &placement::Options::default())
-                        .pending
-                        .into_iter()
-                        .map(|p| (p.resource, p.slot, p.reason))
-                        .collect();
-                    Status::build(c, view, pending, now)
-                });
-                return Ok(AdminResponse::Status(status));
+                return Ok(AdminResponse::Status(status(&shared, now)));
             }
             let (command, message) = shared.read(|c| {
                 crate::api::command_for(&request, c, now)
@@ -91,6 +75,27 @@ impl Admin for NodeAdmin {
             }
         })
     }
+}
+
+/// The cluster as this node sees it at wall-clock `now` (ms): `tenure status`, and the
+/// metrics listener's `/status`.
+pub fn status(shared: &Shared, now: u64) -> Status {
+    let members = shared.control.members();
+    let view = RaftView {
+        node: shared.me.clone(),
+        leader: shared.control.leader().map(|(name, _)| name),
+        term: shared.control.term(),
+        voters: members.voters.into_keys().collect(),
+        learners: members.learners.into_keys().collect(),
+    };
+    shared.read(|c| {
+        let pending = placement::plan(c, now, &placement::Options::default())
+            .pending
+            .into_iter()
+            .map(|p| (p.resource, p.slot, p.reason))
+            .collect();
+        Status::build(c, view, pending, now)
+    })
 }
 
 /// The answer of a node that is not the leader: ask the leader it knows of.
