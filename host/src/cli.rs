@@ -145,8 +145,8 @@ pub struct RunArgs {
     /// UDP address to listen on, e.g. 127.0.0.1:0 (overrides the config file).
     #[arg(long, env = "TENURE_LISTEN")]
     pub listen: Option<String>,
-    /// Serve Prometheus /metrics, /healthz and /readyz on this IP:PORT over plain HTTP,
-    /// or `off` (overrides the config file; default: off).
+    /// Serve the status page (/), /status, Prometheus /metrics, /healthz and /readyz on
+    /// this IP:PORT over plain HTTP, or `off` (overrides the config file; default: off).
     #[arg(long, env = "TENURE_METRICS_LISTEN", value_name = "IP:PORT")]
     pub metrics_listen: Option<String>,
     /// Log format: human-readable text, or one JSON object per line (the event log).

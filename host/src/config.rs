@@ -44,7 +44,8 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// The session lease TTL.
     pub ttl: Duration,
-    /// Where to serve `/metrics`, `/healthz` and `/readyz` (plain HTTP); none: off.
+    /// Where to serve `/`, `/status`, `/metrics`, `/healthz` and `/readyz` (plain HTTP);
+    /// none: off.
     pub metrics: Option<SocketAddr>,
 }
 

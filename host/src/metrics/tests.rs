@@ -1,22 +1,42 @@
 //! The exposition format from a fixed sample, and the server over real TCP on loopback:
-//! every path, and requests that are malformed, oversized, binary, silent or cut short,
-//! after each of which the server still answers.
+//! every path, keep-alive, the bounds (connections, idle and silent clients, oversized
+//! heads), and requests that are malformed, binary or cut short, after each of which
+//! the server still answers.
 
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
+use crate::api::RaftView;
 
-/// A probe whose sample the test sets.
+/// A probe whose sample the test sets, and which counts the statuses it built.
 #[derive(Default)]
-struct Fixed(Mutex<Sample>);
+struct Fixed(Mutex<Sample>, AtomicUsize);
 
 impl Probe for Fixed {
     fn sample(&self) -> Sample {
         self.0.lock().unwrap().clone()
     }
+
+    fn status(&self) -> Status {
+        let built = self.1.fetch_add(1, Ordering::SeqCst) as u64;
+        let view = RaftView {
+            node: "<b>n1</b>".into(),
+            leader: Some("n2".into()),
+            term: built,
+            voters: vec!["<b>n1</b>".into(), "n2".into()],
+            learners: vec![],
+        };
+        Status::build(&crate::cluster::Cluster::default(), view, vec![], 1_000)
+    }
+}
+
+fn fixed(sample: Sample) -> Arc<Fixed> {
+    Arc::new(Fixed(Mutex::new(sample), AtomicUsize::new(0)))
 }
 
 fn ready_sample() -> Sample {
@@ -56,8 +76,7 @@ fn ready_sample() -> Sample {
 
 #[test]
 fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
-    let mut text = String::new();
-    render(&ready_sample(), &mut text);
+    let text = render(&ready_sample());
     for line in [
         "tenure_node_info{node=\"n\\\"1\"} 1",
         "tenure_rpc_sent_total{kind=\"1\",name=\"append_entries\"} 10",
@@ -77,7 +96,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_plugins_running 1",
         "tenure_lease_valid 1",
         "tenure_ready 1",
-        "tenure_lease_remaining_seconds 1.500",
+        "tenure_lease_remaining_seconds 1.5",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -113,19 +132,12 @@ fn readiness_needs_a_leader_a_session_and_time_left() {
     assert!(reason(|s| s.lease_remaining = Some(Duration::ZERO)).contains("passed"));
 }
 
-/// Sends `request` on a new connection and returns the whole answer.
+/// Sends `request` on a new connection and returns its one answer (or what came before
+/// the server closed the connection: nothing, for a request it drops).
 async fn fetch(addr: SocketAddr, request: &[u8]) -> String {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(request).await.unwrap();
-    // Half-close, as `curl` does not but a client cut short would: the server answers
-    // what it got.
-    stream.shutdown().await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
-        .await
-        .expect("the server answers and closes")
-        .unwrap();
-    String::from_utf8(answer).unwrap()
+    read_answer(&mut stream).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> String {
@@ -146,7 +158,7 @@ fn body(answer: &str) -> &str {
 
 #[tokio::test]
 async fn every_path_answers_and_bad_requests_do_not_stop_it() {
-    let probe = Arc::new(Fixed::default());
+    let probe = fixed(Sample::default());
     let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), probe.clone())
         .await
         .unwrap();
@@ -163,42 +175,37 @@ async fn every_path_answers_and_bad_requests_do_not_stop_it() {
     assert_eq!(status(&readyz), "200", "{readyz}");
     let metrics = get(addr, "/metrics?x=1").await;
     assert_eq!(status(&metrics), "200");
-    assert!(metrics.contains("Content-Type: text/plain; version=0.0.4"));
+    assert!(
+        header(&metrics, "content-type").starts_with("text/plain; version=0.0.4"),
+        "{metrics}"
+    );
     assert!(body(&metrics).contains("\ntenure_raft_term 5\n"));
-    let length: usize = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let length: usize = header(&metrics, "content-length").parse().unwrap();
     assert_eq!(length, body(&metrics).len());
 
+    // HTTP/1.0 without keep-alive: the server closes after the answer.
     let head = fetch(addr, b"HEAD /metrics HTTP/1.0\r\n\r\n").await;
     assert_eq!((status(&head), body(&head)), ("200", ""));
-    assert!(head.contains(&format!("Content-Length: {length}\r\n")));
+    assert_eq!(header(&head, "content-length"), length.to_string());
     assert_eq!(status(&get(addr, "/nope").await), "404");
-    let post = fetch(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await;
+    let post = fetch(addr, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").await;
     assert_eq!(status(&post), "405");
-    assert!(post.contains("Allow: GET, HEAD"));
+    assert_eq!(header(&post, "allow"), "GET, HEAD");
 
-    // Malformed, binary, oversized, cut short, and silent clients.
+    // Malformed and binary requests get a 4xx or 5xx and the connection is closed.
     for bad in [
         &b"GARBAGE\r\n\r\n"[..],
         b"GET /metrics\r\n\r\n",
         b"GET /metrics HTTP/2.0\r\n\r\n",
         b"GET  /metrics HTTP/1.1\r\n\r\n",
         b"\xff\xfe\x00\x01\r\n\r\n",
-        b"GET /healthz HTTP/1.1", // the client half-closes without the blank line
+        b"GET /metrics HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nBad\x01Header: 1\r\n\r\n",
     ] {
         let answer = fetch(addr, bad).await;
-        let expected = if bad.starts_with(b"GET /healthz") {
-            "200"
-        } else {
-            "400"
-        };
-        assert_eq!(
-            status(&answer),
-            expected,
+        let code = status(&answer);
+        assert!(
+            code.starts_with('4') || code.starts_with('5'),
             "{:?}: {answer}",
             String::from_utf8_lossy(bad)
         );
@@ -212,8 +219,13 @@ async fn every_path_answers_and_bad_requests_do_not_stop_it() {
     let _silent = TcpStream::connect(addr).await.unwrap();
     let mut partial = TcpStream::connect(addr).await.unwrap();
     partial.write_all(b"GET /met").await.unwrap();
+    // A client that half-closes after a request cut short gets no answer, and the
+    // server goes on.
+    let mut cut = TcpStream::connect(addr).await.unwrap();
+    cut.write_all(b"GET /healthz HTTP/1.1").await.unwrap();
+    cut.shutdown().await.unwrap();
 
-    // The silent and partial clients hold their tasks; others are still served.
+    // The silent, partial and cut-short clients hold their tasks; others are still served.
     assert_eq!(status(&get(addr, "/healthz").await), "200");
     assert_eq!(status(&get(addr, "/metrics").await), "200");
     drop(server);
@@ -230,4 +242,175 @@ async fn every_path_answers_and_bad_requests_do_not_stop_it() {
         .is_ok(),
         "dropping the server stops accepting"
     );
+}
+
+/// The value of header `name` (lower case) in an answer; empty when absent.
+fn header(answer: &str, name: &str) -> String {
+    let head = answer.split_once("\r\n\r\n").map_or(answer, |(h, _)| h);
+    head.lines()
+        .filter_map(|l| l.split_once(": "))
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.to_owned())
+        .unwrap_or_default()
+}
+
+/// Reads one answer (head and `Content-Length` body) from a connection; returns early
+/// with what it has when the server closes the connection.
+async fn read_answer(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((_, body)) = text.split_once("\r\n\r\n") {
+            let length = header(&text, "content-length").parse().unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an answer, or the connection closed, within 10 s")
+            .unwrap_or(0);
+        if n == 0 {
+            return text;
+        }
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether the server closes `stream` within `bound` (reads nothing more, or fails).
+async fn closed_within(stream: &mut TcpStream, bound: Duration) -> bool {
+    let mut chunk = [0u8; 1024];
+    tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn two_requests_on_one_kept_alive_connection_are_both_answered() {
+    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), fixed(ready_sample()))
+        .await
+        .unwrap();
+    let mut stream = TcpStream::connect(server.local_addr()).await.unwrap();
+    for path in ["/healthz", "/metrics", "/status"] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut stream).await;
+        assert_eq!(
+            status(&answer),
+            "200",
+            "{path} on the kept-alive connection: {answer:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_page_and_the_status_are_served() {
+    let probe = fixed(ready_sample());
+    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), probe.clone())
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let page = get(addr, "/").await;
+    assert_eq!(status(&page), "200", "{page}");
+    assert_eq!(header(&page, "content-type"), "text/html; charset=utf-8");
+    assert_eq!(
+        header(&page, "content-security-policy"),
+        *page::CONTENT_SECURITY_POLICY
+    );
+    assert_eq!(body(&page), page::HTML);
+
+    let answer = get(addr, "/status").await;
+    assert_eq!(status(&answer), "200", "{answer}");
+    assert_eq!(header(&answer, "content-type"), "application/json");
+    assert_eq!(header(&answer, "cache-control"), "no-store");
+    let json: serde_json::Value = serde_json::from_str(body(&answer)).unwrap();
+    let expected = serde_json::to_value(probe.status()).unwrap();
+    // The same data as `tenure status --json` (the term counts the builds).
+    assert_eq!(json["node"], expected["node"]);
+    assert_eq!(json["nodes"], expected["nodes"]);
+    assert_eq!(json["leader"], "n2");
+}
+
+#[tokio::test]
+async fn the_status_is_built_at_most_once_per_interval() {
+    let probe = fixed(ready_sample());
+    let limits = Limits {
+        status_every: Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let server = MetricsServer::bind_with("127.0.0.1:0".parse().unwrap(), probe.clone(), limits)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(status(&get(server.local_addr(), "/status").await), "200");
+    }
+    assert_eq!(
+        probe.1.load(Ordering::SeqCst),
+        1,
+        "five requests, one build"
+    );
+}
+
+#[tokio::test]
+async fn silent_idle_and_surplus_connections_are_closed() {
+    let limits = Limits {
+        connections: 2,
+        head_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let server = MetricsServer::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        fixed(ready_sample()),
+        limits,
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr();
+
+    // Two silent clients take both places (the server accepts connections in the order
+    // they were made): a third connection is closed unanswered.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut trickle = TcpStream::connect(addr).await.unwrap();
+    trickle
+        .write_all(b"GET /metrics HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let mut surplus = TcpStream::connect(addr).await.unwrap();
+    let _ = surplus.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await;
+    let answer = read_answer(&mut surplus).await;
+    assert_eq!(
+        answer, "",
+        "a connection beyond the limit is closed unanswered"
+    );
+    // The silent one and the one whose head never ends are closed by the timeouts.
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await,
+        "silent client"
+    );
+    assert!(
+        closed_within(&mut trickle, Duration::from_secs(5)).await,
+        "unfinished head"
+    );
+
+    // An idle kept-alive connection is closed too, after its answer.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(status(&read_answer(&mut idle).await), "200");
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(5)).await,
+        "idle client"
+    );
+    // Their places are free again.
+    assert_eq!(status(&get(addr, "/healthz").await), "200");
 }

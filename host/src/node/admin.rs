@@ -38,22 +38,7 @@ impl Admin for NodeAdmin {
         Box::pin(async move {
             let now = now_ms();
             if request == AdminRequest::Status {
-                let members = shared.control.members();
-                let view = RaftView {
-                    node: shared.me.clone(),
-                    leader: shared.control.leader().map(|(name, _)| name),
-                    term: shared.control.term(),
-                    voters: members.voters.into_keys().collect(),
-                    learners: members.learners.into_keys().collect(),
-                };
-                let status = shared.read(|c| {
-                    let pending = pending(c, now).into_iter().map(|((r, s), why)| (r, s, why));
-                    Status::build(c, view, pending.collect(), now)
-                });
-                return Ok(AdminResponse::Status(Status {
-                    certificates: certificates(&shared),
-                    ..status
-                }));
+                return Ok(AdminResponse::Status(status(&shared, now)));
             }
             if let AdminRequest::Watch { resource, after } = &request {
                 return watch(&shared, resource.as_deref(), *after).await;
@@ -181,6 +166,27 @@ async fn watch(
             Ok(Ok(())) => continue,
             Ok(Err(_)) | Err(_) => return Ok(AdminResponse::Watch(quiet)),
         }
+    }
+}
+
+/// The cluster as this node sees it at wall-clock `now` (ms): `tenure status`, and the
+/// metrics listener's `/status`.
+pub fn status(shared: &Shared, now: u64) -> Status {
+    let members = shared.control.members();
+    let view = RaftView {
+        node: shared.me.clone(),
+        leader: shared.control.leader().map(|(name, _)| name),
+        term: shared.control.term(),
+        voters: members.voters.into_keys().collect(),
+        learners: members.learners.into_keys().collect(),
+    };
+    let status = shared.read(|c| {
+        let pending = pending(c, now).into_iter().map(|((r, s), why)| (r, s, why));
+        Status::build(c, view, pending.collect(), now)
+    });
+    Status {
+        certificates: certificates(shared),
+        ..status
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Everything is read fresh on each scrape from what the node already keeps: the RPC
 //! endpoint's counters, Raft's metrics, the local replica of the cluster state and the
-//! lease. The one value the node pushes is the number of running supervisors, which only
+//! lease. `/status` is the operator's `tenure status`, built by the same function. The one value the node pushes is the number of running supervisors, which only
 //! the owner loop knows; it is stored after each reconciliation (at least once a second).
 
 use std::sync::Arc;
@@ -92,6 +92,10 @@ impl Probe for NodeProbe {
         });
         sample
     }
+
+    fn status(&self) -> crate::api::Status {
+        super::admin::status(&self.shared, super::shared::now_ms())
+    }
 }
 
 /// Starts the metrics endpoint on `addr`, if one is configured, and logs
@@ -109,7 +113,7 @@ pub async fn serve(
     tracing::info!(
         event = events::METRICS_LISTENING,
         addr = %server.local_addr(),
-        "metrics on http://{}/metrics (also /healthz, /readyz)",
+        "metrics on http://{}/metrics (also /, /status, /healthz, /readyz)",
         server.local_addr()
     );
     Ok(Some(server))
