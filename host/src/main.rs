@@ -12,6 +12,7 @@ fn main() {
         }
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
+        Command::Compile { out } => std::process::exit(tenure::runtime::compile_child(&out)),
     };
     if let Err(err) = result {
         eprintln!("tenure: {err:#}");
