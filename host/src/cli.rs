@@ -280,7 +280,7 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         plugin.load_time.as_secs_f64() * 1000.0
     );
     println!(
-        "  footprint  {} memories (the largest starts at {}), {} tables",
+        "  footprint  memories {} (the largest starts at {}), tables {}",
         f.memories,
         runtime::mib(f.initial_memory),
         f.tables

@@ -285,6 +285,10 @@ pub struct Runtime {
     /// The components loaded plugins hold, by wasm digest: plugin files with the same
     /// wasm share one copy of its code.
     components: Mutex<HashMap<String, Weak<Component>>>,
+    /// One lock per wasm digest being compiled: a second file with the same wasm waits
+    /// for the first compile and then loads its entry, instead of compiling again
+    /// (ten thousand copies of one plugin compile once).
+    compiling: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Compiles run in this process.
     compiles_here: AtomicUsize,
 }
@@ -343,6 +347,7 @@ impl Runtime {
             pooling,
             compiler: None,
             components: Mutex::default(),
+            compiling: Mutex::default(),
             compiles_here: AtomicUsize::new(0),
         })
     }
@@ -401,6 +406,24 @@ impl Runtime {
             })
             .await?
         };
+        // Held until this load's compile, if any, has written its entry.
+        let mut compiling = None;
+        let found = match found {
+            Some(found) => Some(found),
+            None => {
+                // Wait for a compile of the same wasm under way, then look again.
+                let lock = self
+                    .compiling
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(digest.clone())
+                    .or_default()
+                    .clone();
+                compiling = Some(lock.lock_owned().await);
+                let (this, digest) = (self.clone(), digest.clone());
+                blocking(move || this.found(&digest)).await?
+            }
+        };
         let (component, cache) = match found {
             Some(found) => found,
             None => {
@@ -438,6 +461,12 @@ impl Runtime {
                 }
             }
         };
+        if compiling.take().is_some() {
+            self.compiling
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&digest);
+        }
         let this = self.clone();
         blocking(move || this.finish(&digest, component, cache, started)).await?
     }
