@@ -64,13 +64,27 @@ fn rss_kib(pid: u32) -> u64 {
 fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compiling() {
     let poly = polyglot_plugins();
     let mut node = Node::new("mixed");
-    install(&node, "counter-py", &std::fs::read(&poly.counter_py).unwrap(), "");
-    install(&node, "counter-js", &std::fs::read(&poly.counter_js).unwrap(), "");
+    install(
+        &node,
+        "counter-py",
+        &std::fs::read(&poly.counter_py).unwrap(),
+        "",
+    );
+    install(
+        &node,
+        "counter-js",
+        &std::fs::read(&poly.counter_js).unwrap(),
+        "",
+    );
     install(&node, "heartbeat", &plugins().heartbeat_bytes(), "");
     node.spawn();
 
     node.wait_for("the Python component", loaded("counter-py"), COMPILE_WAIT);
-    node.wait_for("the JavaScript component", loaded("counter-js"), COMPILE_WAIT);
+    node.wait_for(
+        "the JavaScript component",
+        loaded("counter-js"),
+        COMPILE_WAIT,
+    );
     let events = node.events();
     let position = |what: &str, f: &dyn Fn(&Value) -> bool| {
         events
@@ -84,7 +98,11 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
     );
     for plugin in ["counter-py", "counter-js"] {
         let at = position(plugin, &loaded(plugin));
-        assert_eq!(events[at]["cache"], "miss", "a cold compile: {}", events[at]);
+        assert_eq!(
+            events[at]["cache"], "miss",
+            "a cold compile: {}",
+            events[at]
+        );
         assert!(
             heartbeat < at,
             "heartbeat started (event {heartbeat}) only after {plugin} finished compiling \
@@ -100,7 +118,12 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
 fn sigterm_during_a_compile_exits_without_waiting_and_leaves_no_cache_entry() {
     let poly = polyglot_plugins();
     let mut node = Node::new("sigterm");
-    install(&node, "counter-py", &std::fs::read(&poly.counter_py).unwrap(), "");
+    install(
+        &node,
+        "counter-py",
+        &std::fs::read(&poly.counter_py).unwrap(),
+        "",
+    );
     node.spawn();
     node.wait_for(
         "the compile to begin",
@@ -116,11 +139,7 @@ fn sigterm_during_a_compile_exits_without_waiting_and_leaves_no_cache_entry() {
         "the node waited for the compile to finish before exiting\n{}",
         node.tail()
     );
-    assert!(
-        events.iter().any(is("node.stopped").f()),
-        "{}",
-        node.tail()
-    );
+    assert!(events.iter().any(is("node.stopped").f()), "{}", node.tail());
     assert_eq!(
         cache_files(&node),
         Vec::<String>::new(),
@@ -132,7 +151,12 @@ fn sigterm_during_a_compile_exits_without_waiting_and_leaves_no_cache_entry() {
 fn the_node_gives_the_compilers_memory_back_after_a_python_compile() {
     let poly = polyglot_plugins();
     let mut node = Node::new("rss");
-    install(&node, "counter-py", &std::fs::read(&poly.counter_py).unwrap(), "");
+    install(
+        &node,
+        "counter-py",
+        &std::fs::read(&poly.counter_py).unwrap(),
+        "",
+    );
     node.spawn();
     let at = node.wait_for("the Python component", loaded("counter-py"), COMPILE_WAIT);
     assert_eq!(at["cache"], "miss", "a cold compile: {at}");
@@ -212,7 +236,12 @@ fn plugin_check_reports_size_imports_footprint_compile_time_and_a_limit() {
         String::from_utf8_lossy(&out.stderr)
     );
     for field in [
-        "size", "compiled", "imports", "footprint", "memories", "suggested",
+        "size",
+        "compiled",
+        "imports",
+        "footprint",
+        "memories",
+        "suggested",
     ] {
         assert!(stdout.contains(field), "no {field:?} in:\n{stdout}");
     }

@@ -22,6 +22,7 @@
 //! It prints figures and asserts nothing about them; it fails only if something does not
 //! work at all. The machine is small and shared: compare medians across runs.
 
+#[allow(dead_code, reason = "the shared helpers include some this bench does not use")]
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -49,7 +50,10 @@ fn main() -> anyhow::Result<()> {
     let languages = [
         ("rust (heartbeat)", build_heartbeat(&target)?),
         ("python (counter-py)", build_script(&target, "counter-py")?),
-        ("javascript (counter-js)", build_script(&target, "counter-js")?),
+        (
+            "javascript (counter-js)",
+            build_script(&target, "counter-js")?,
+        ),
     ];
     for (language, wasm) in &languages {
         language_section(language, wasm)?;
@@ -106,10 +110,18 @@ fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
         println!("{what:<44} {}", Summary::of(values).describe(unit, 1));
     };
     row("spawn → plugin.loaded, cold (compile)", cold, "ms");
-    row("node VmRSS, 1 plugin running, after compile", cold_rss, "MiB");
+    row(
+        "node VmRSS, 1 plugin running, after compile",
+        cold_rss,
+        "MiB",
+    );
     row("plugin.loaded load_us, cache hit", hit, "ms");
     row("node VmRSS, 1 plugin running, warm start", warm_rss, "MiB");
-    row(&format!("node VmRSS, {MANY} plugins running, warm"), many_rss, "MiB");
+    row(
+        &format!("node VmRSS, {MANY} plugins running, warm"),
+        many_rss,
+        "MiB",
+    );
     row("VmRSS per further running instance", per, "MiB");
     Ok(())
 }

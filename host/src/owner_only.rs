@@ -130,7 +130,9 @@ pub fn remove_temps_of(path: &Path, pid: u32) {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         if entry.file_name().to_string_lossy().starts_with(&prefix) {
             let _ = fs::remove_file(entry.path());
@@ -142,10 +144,14 @@ pub fn remove_temps_of(path: &Path, pid: u32) {
 /// killed before its rename). Files of live processes are left alone: several nodes may
 /// share a directory.
 pub fn remove_dead_temps(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((_, after)) = name.split_once(".tmp-") else { continue };
+        let Some((_, after)) = name.split_once(".tmp-") else {
+            continue;
+        };
         let Some(pid) = after.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };

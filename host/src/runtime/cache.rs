@@ -103,8 +103,7 @@ impl CompileCache {
 
     /// Where the entry for the wasm with hex sha256 `digest` lives.
     pub(super) fn path_of(&self, digest: &str) -> PathBuf {
-        self.dir
-            .join(format!("{digest}-{}.cwasm", self.engine_key))
+        self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
     }
 
     /// The cached component for `digest`, if there is a usable entry. An unusable one is

@@ -76,7 +76,11 @@ impl Compiler {
         wasm: &[u8],
         out: &Path,
     ) -> Result<(), LoadError> {
-        let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
         // Declared before the child, so dropped after it: the child is killed first.
         let mut sweep = TempSweep {
             out: out.to_path_buf(),
@@ -135,10 +139,7 @@ impl Compiler {
             return Err(LoadError::Invalid(said));
         }
         let hint = if said.contains("memory allocation") {
-            format!(
-                " (a compile may use at most {} GiB)",
-                COMPILE_MEMORY >> 30
-            )
+            format!(" (a compile may use at most {} GiB)", COMPILE_MEMORY >> 30)
         } else {
             String::new()
         };

@@ -54,7 +54,9 @@ use wasmtime::{Engine, EngineWeak};
 
 pub use bindings::tenure::plugin::types::CleanupReason;
 pub use cache::CacheUse;
-pub use compiler::{CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, child_main as compile_child};
+pub use compiler::{
+    CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, child_main as compile_child,
+};
 pub use footprint::{Footprint, mib};
 pub use instance::{Failure, Instance};
 pub use lease::{NodeLease, Refusal, Signals, nanos};
