@@ -2,7 +2,8 @@
 //! Python and JavaScript components (built by plugins/counter-{py,js}/build.sh).
 //!
 //! - A Rust plugin in a folder with cold Python and JavaScript plugins starts before
-//!   they finish compiling: each plugin starts as soon as its own version is ready.
+//!   they finish compiling: each plugin starts as soon as its own version is ready; a
+//!   second file with the same wasm shares the first one's compile and component.
 //! - SIGTERM during a compile exits without waiting for it and leaves no cache entry.
 //! - The compiler's memory does not stay in the node.
 //! - A manifest memory limit below the component's initial memory is refused at load.
@@ -77,6 +78,8 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
         "",
     );
     install(&node, "heartbeat", &plugins().heartbeat_bytes(), "");
+    // The same wasm under a second name: one compile, one component for both.
+    install(&node, "heartbeat-2", &plugins().heartbeat_bytes(), "");
     node.spawn();
 
     node.wait_for("the Python component", loaded("counter-py"), COMPILE_WAIT);
@@ -110,6 +113,25 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
             node.tail()
         );
     }
+    let heartbeats: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            is("plugin.loaded").matches(e) && str_field(e, "plugin").starts_with("heartbeat")
+        })
+        .collect();
+    assert_eq!(heartbeats.len(), 2, "{}", node.tail());
+    assert_eq!(
+        heartbeats.iter().filter(|e| e["cache"] == "shared").count(),
+        1,
+        "the second file with the same wasm shares the first one's component: {heartbeats:?}"
+    );
+    let compiles = events
+        .iter()
+        .filter(|e| {
+            is("plugin.compiling").matches(e) && str_field(e, "plugin").starts_with("heartbeat")
+        })
+        .count();
+    assert_eq!(compiles, 1, "one compile for both heartbeat files");
     node.signal(libc::SIGTERM);
     assert!(node.wait_exit(WAIT).success());
 }

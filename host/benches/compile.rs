@@ -22,7 +22,10 @@
 //! It prints figures and asserts nothing about them; it fails only if something does not
 //! work at all. The machine is small and shared: compare medians across runs.
 
-#[allow(dead_code, reason = "the shared helpers include some this bench does not use")]
+#[allow(
+    dead_code,
+    reason = "the shared helpers include some this bench does not use"
+)]
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -287,10 +287,10 @@ pub struct Runtime {
     /// The components loaded plugins hold, by wasm digest: plugin files with the same
     /// wasm share one copy of its code.
     components: Mutex<HashMap<String, Weak<Component>>>,
-    /// One lock per wasm digest being compiled: a second file with the same wasm waits
-    /// for the first compile and then loads its entry, instead of compiling again
-    /// (ten thousand copies of one plugin compile once).
-    compiling: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One lock per wasm digest being loaded: a second file with the same wasm waits
+    /// for the first load and then shares its component, instead of compiling or
+    /// deserializing again (ten thousand copies of one plugin compile once).
+    loading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Compiles run in this process.
     compiles_here: AtomicUsize,
 }
@@ -349,7 +349,7 @@ impl Runtime {
             pooling,
             compiler: None,
             components: Mutex::default(),
-            compiling: Mutex::default(),
+            loading: Mutex::default(),
             compiles_here: AtomicUsize::new(0),
         })
     }
@@ -399,32 +399,48 @@ impl Runtime {
     ) -> Result<Plugin, LoadError> {
         check_header(&wasm)?;
         let started = Instant::now();
-        let (digest, found) = {
-            let (this, wasm) = (self.clone(), wasm.clone());
-            blocking(move || {
-                let digest = cache::digest(&wasm);
-                let found = this.found(&digest);
-                (digest, found)
-            })
-            .await?
+        let digest = {
+            let wasm = wasm.clone();
+            blocking(move || cache::digest(&wasm)).await?
         };
-        // Held until this load's compile, if any, has written its entry.
-        let mut compiling = None;
-        let found = match found {
-            Some(found) => Some(found),
-            None => {
-                // Wait for a compile of the same wasm under way, then look again.
-                let lock = self
-                    .compiling
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(digest.clone())
-                    .or_default()
-                    .clone();
-                compiling = Some(lock.lock_owned().await);
-                let (this, digest) = (self.clone(), digest.clone());
-                blocking(move || this.found(&digest)).await?
-            }
+        // One load per wasm digest at a time: a second file with the same wasm waits,
+        // then finds the first one's component in the shared set (no second compile, no
+        // second copy of the code).
+        let lock = self
+            .loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(digest.clone())
+            .or_default()
+            .clone();
+        let guard = lock.lock_owned().await;
+        let loaded = self
+            .clone()
+            .load_alone(plugin, wasm, &digest, started)
+            .await;
+        drop(guard);
+        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        if loading
+            .get(&digest)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            loading.remove(&digest);
+        }
+        loaded
+    }
+
+    /// [`Runtime::load_off_thread`] once no other load of `digest` runs.
+    async fn load_alone(
+        self: Arc<Self>,
+        plugin: &str,
+        wasm: Arc<[u8]>,
+        digest: &str,
+        started: Instant,
+    ) -> Result<Plugin, LoadError> {
+        let digest = digest.to_string();
+        let found = {
+            let (this, digest) = (self.clone(), digest.clone());
+            blocking(move || this.found(&digest)).await?
         };
         let (component, cache) = match found {
             Some(found) => found,
@@ -463,12 +479,6 @@ impl Runtime {
                 }
             }
         };
-        if compiling.take().is_some() {
-            self.compiling
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&digest);
-        }
         let this = self.clone();
         blocking(move || this.finish(&digest, component, cache, started)).await?
     }
