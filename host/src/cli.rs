@@ -17,7 +17,7 @@ pub use watch::watch;
 use crate::catalog;
 use crate::config::{Config, Overrides};
 use crate::pki;
-use crate::runtime::Runtime;
+use crate::runtime::{self, Runtime};
 
 /// Tenure: a WebAssembly plugin host for owned tasks.
 #[derive(Debug, Parser)]
@@ -51,6 +51,10 @@ pub enum Command {
     /// (granted, releasing, released, vacant), until interrupted. Any node answers; give
     /// --addr more than once (NAME@HOST:PORT) to fail over between nodes.
     Watch(WatchArgs),
+    /// The node's compiler process (runtime/compiler.rs): reads the cache key and the
+    /// wasm from stdin and writes the cache entry OUT. Not for people.
+    #[command(name = "__compile", hide = true)]
+    Compile { out: PathBuf },
 }
 
 /// `tenure watch`'s arguments.
@@ -274,20 +278,22 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
     let manifest = manifest.or(beside.exists().then_some(beside.as_path()));
     let entry = catalog::read_plugin(file, manifest)
         .map_err(|(path, error)| anyhow::anyhow!("{}: {error}", path.display()))?;
+    // Compiled in this process, once: the check is short-lived, so the compile's memory
+    // leaves with it, and everything below (imports, footprint) reads the same component.
     let runtime = Runtime::new(None)?;
     let plugin = runtime
         .load(&entry.wasm)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let imports = runtime
-        .imports_of(&entry.wasm)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let imports = plugin.imports();
     let m = &entry.manifest;
     let l = &m.limits;
+    let f = plugin.footprint;
     println!(
         "ok: {} is a tenure:plugin/owned-task@0.1.0 component",
         file.display()
     );
     println!("  digest     {}", plugin.digest);
+    println!("  size       {}", runtime::mib(entry.wasm.len() as u64));
     println!(
         "  manifest   {}",
         manifest.map_or("(none: defaults)".to_string(), |p| p.display().to_string())
@@ -297,8 +303,8 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         m.resource, m.tickets, m.version
     );
     println!(
-        "  limits     memory {} MiB, stop_grace {}, cleanup_timeout {}, max_restarts {} within {}",
-        l.memory as f64 / (1 << 20) as f64,
+        "  limits     memory {}, stop_grace {}, cleanup_timeout {}, max_restarts {} within {}",
+        runtime::mib(l.memory),
         humantime::format_duration(l.stop_grace),
         humantime::format_duration(l.cleanup_timeout),
         l.max_restarts,
@@ -308,10 +314,28 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         let labels: Vec<String> = m.require.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("  requires   {}", labels.join(", "));
     }
+    let compiles = match runtime.compiles_here() {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
     println!(
-        "  compiled   in {:.0} ms",
+        "  compiled   {compiles}, in {:.0} ms",
         plugin.load_time.as_secs_f64() * 1000.0
     );
+    println!(
+        "  footprint  memories {} (the largest starts at {}), tables {}",
+        f.memories,
+        runtime::mib(f.initial_memory),
+        f.tables
+    );
+    println!(
+        "  suggested  limits.memory = \"{}\" (twice the initial memory, at least 16MiB; \
+         raise it if the plugin's heap grows)",
+        runtime::mib(f.suggested_limit())
+    );
+    if let Some(why) = f.refuses(l.memory) {
+        anyhow::bail!("{}: {why}", file.display());
+    }
     println!("  imports    {}", imports.join("\n             "));
     println!("  capabilities (what it imports, what its manifest grants)");
     for line in capability_report(&imports, &m.capabilities, &entry.secrets) {

@@ -19,7 +19,13 @@ pub const CATALOG_CLAMPED: &str = "catalog.clamped";
 /// The plugins folder cannot be watched with inotify; it is polled (`path`, `error`).
 pub const CATALOG_POLLING: &str = "catalog.polling";
 pub const RESOURCE_PENDING: &str = "resource.pending";
+/// A plugin's wasm was in neither the compile cache nor a loaded plugin: a compile began
+/// (`wasm_digest`, `bytes`, `child`: whether in a child process). `plugin.loaded` or
+/// `catalog.rejected` follows, unless the node stops first (the compile is abandoned).
+pub const PLUGIN_COMPILING: &str = "plugin.compiling";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
+/// The node stopped while the plugin was loading: the load (and any compile) is abandoned.
+pub const PLUGIN_ABANDONED: &str = "plugin.abandoned";
 pub const PLUGIN_STARTED: &str = "plugin.started";
 /// A grant was not started: the node held no valid lease for it at the moment of starting.
 pub const PLUGIN_NOT_STARTED: &str = "plugin.not_started";

@@ -121,6 +121,46 @@ fn temp_beside(path: &Path) -> io::Result<std::path::PathBuf> {
     )))
 }
 
+/// Removes the temporary files that process `pid` made beside `path` with
+/// [`write_atomic`]: what a writer killed before its rename leaves behind.
+pub fn remove_temps_of(path: &Path, pid: u32) {
+    let Some(name) = path.file_name() else { return };
+    let prefix = format!(".{}.tmp-{pid}-", name.to_string_lossy());
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Removes the temporary files in `dir` whose writing process no longer runs (a writer
+/// killed before its rename). Files of live processes are left alone: several nodes may
+/// share a directory.
+pub fn remove_dead_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((_, after)) = name.split_once(".tmp-") else {
+            continue;
+        };
+        let Some(pid) = after.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if name.starts_with('.') && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Makes a rename or link in `path`'s directory durable.
 fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {

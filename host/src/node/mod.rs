@@ -128,7 +128,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let _data_dir_lock = preflight::lock_data_dir(&config.data_dir)?;
     let files = tls_files(&config)?;
     let incarnation = next_incarnation(&config.data_dir)?;
-    let runtime = Arc::new(Runtime::new(Some(&config.data_dir.join("cache")))?);
+    // Cache misses compile in a child process of this same binary (runtime/compiler.rs).
+    // /proc/self/exe runs this process's own image even if the file was replaced since.
+    let runtime = Arc::new(
+        Runtime::new(Some(&config.data_dir.join("cache")))?
+            .compile_in_child(PathBuf::from("/proc/self/exe")),
+    );
     let timing = LeaseTiming { ttl: config.ttl };
 
     // The endpoint serves Raft and renewals, so those exist (unattached) before it.
@@ -231,6 +236,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
 
+    // `node.ready` is said once the initial scan is done and its loads have ended.
+    let (mut scanned, mut ready) = (false, false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
@@ -239,13 +246,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Some(first) => {
                     // Every change already queued is applied before the plugins and
                     // adverts are recomputed and the slots reconciled: a folder of
-                    // thousands of plugins loads in one pass, not one pass per plugin.
-                    let (mut changed, mut ready) = (false, false);
+                    // thousands of plugins is handled in one pass, not one per plugin.
+                    let mut changed = false;
                     let mut next = Some(first);
                     while let Some(change) = next {
                         match change {
-                            Change::InitialScanComplete => ready = true,
-                            change => changed |= folder.apply(change).await,
+                            Change::InitialScanComplete => scanned = true,
+                            change => changed |= folder.apply(change),
                         }
                         next = changes.try_recv().ok();
                     }
@@ -253,15 +260,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                         plugins = folder.plugins();
                         adverts_tx.send_replace(Some(folder.adverts()));
                     }
-                    if ready {
-                        tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
-                    }
                 }
                 None => break,
             },
+            // Each plugin is published as soon as its own load ends.
+            changed = folder.next_loaded(), if folder.loading() => {
+                if changed {
+                    plugins = folder.plugins();
+                    adverts_tx.send_replace(Some(folder.adverts()));
+                }
+            }
             _ = applied.changed() => {}
             _ = deadline.changed() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if scanned && !ready && !folder.loading() {
+            ready = true;
+            tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
         }
         owner.reconcile(&plugins, true).await;
         metrics_probe.set_running(owner.running());
@@ -275,6 +290,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!(event = events::NODE_STOPPING, node = %config.name, "shutting down: handing every slot over");
     watcher.abort();
     advertiser.abort();
+    folder.abandon().await;
     let bound = folder.longest_stop() + SHUTDOWN_SLACK;
     hand_over_all(&shared, &owner).await;
     let drained = tokio::time::timeout(bound, async {

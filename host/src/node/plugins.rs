@@ -1,9 +1,14 @@
 //! The node's plugins: the folder, compiled, and what the node advertises to the cluster.
 //!
 //! 1. The catalog reports changes in the folder.
-//! 2. A new or changed plugin is compiled (or loaded from the compile cache). If that
-//!    fails the plugin is reported and the version already loaded, if any, stays: a bad
-//!    deploy does not take a working task down.
+//! 2. A new or changed plugin is compiled (or loaded from the compile cache) in a task
+//!    of its own, off the node's loop: each plugin is published as soon as its own
+//!    version is ready, so a plugin that loads in milliseconds does not wait for one
+//!    that compiles for seconds. A newer change to the same file, or its removal,
+//!    abandons the load under way; so does shutdown ([`Folder::abandon`]), which kills
+//!    any compiler process. If a load fails the plugin is reported and the version
+//!    already loaded, if any, stays: a bad deploy does not take a working task down. A
+//!    manifest memory limit below the component's initial memory is such a failure.
 //! 3. Each resource is served by one plugin here: two plugins naming the same resource,
 //!    the first by file name wins and the other is reported.
 //! 4. The result is published twice: the compiled versions by (resource, digest), which
@@ -16,12 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::{AbortHandle, Id, JoinSet};
+
 use super::owner::Plugins;
 use crate::catalog::{Change, Entry};
 use crate::cluster::Advert;
 use crate::events;
 use crate::ownership::LeaseTiming;
-use crate::runtime::Runtime;
+use crate::runtime::{LoadError, Plugin, Runtime};
 use crate::supervisor::Loaded;
 
 /// The compiled plugins of the folder.
@@ -32,6 +39,16 @@ pub struct Folder {
     loaded: BTreeMap<String, Arc<Loaded>>,
     /// Conflicts already reported, so they are said once.
     reported: BTreeSet<String>,
+    /// The loads under way, each the newest version of its plugin.
+    loading: BTreeMap<String, Pending>,
+    tasks: JoinSet<(Entry, Result<Plugin, LoadError>)>,
+}
+
+/// A load under way: which version, and its task.
+struct Pending {
+    digest: String,
+    manifest: crate::catalog::Manifest,
+    task: AbortHandle,
 }
 
 impl Folder {
@@ -41,7 +58,14 @@ impl Folder {
             timing,
             loaded: BTreeMap::new(),
             reported: BTreeSet::new(),
+            loading: BTreeMap::new(),
+            tasks: JoinSet::new(),
         }
+    }
+
+    /// Whether loads are under way.
+    pub fn loading(&self) -> bool {
+        !self.loading.is_empty()
     }
 
     /// The number of plugins loaded.
@@ -49,24 +73,34 @@ impl Folder {
         self.loaded.len()
     }
 
-    /// Applies one change; returns whether the loaded set changed.
-    pub async fn apply(&mut self, change: Change) -> bool {
+    /// Applies one change; returns whether the loaded set changed. A new or changed
+    /// plugin only starts loading: [`Folder::next_loaded`] publishes it.
+    pub fn apply(&mut self, change: Change) -> bool {
         match change {
             Change::Upsert(entry) => {
-                if self.loaded.get(&entry.name).is_some_and(|l| {
-                    l.entry.digest == entry.digest && l.entry.manifest == entry.manifest
-                }) {
+                let same = |digest: &str, manifest: &crate::catalog::Manifest| {
+                    digest == entry.digest && *manifest == entry.manifest
+                };
+                if self
+                    .loading
+                    .get(&entry.name)
+                    .is_some_and(|p| same(&p.digest, &p.manifest))
+                {
                     return false;
                 }
-                match self.load(*entry).await {
-                    Some(loaded) => {
-                        self.loaded.insert(loaded.entry.name.clone(), loaded);
-                        true
-                    }
-                    None => false,
+                self.cancel(&entry.name);
+                if self
+                    .loaded
+                    .get(&entry.name)
+                    .is_some_and(|l| same(&l.entry.digest, &l.entry.manifest))
+                {
+                    return false;
                 }
+                self.start_load(*entry);
+                false
             }
             Change::Removed(name) => {
+                self.cancel(&name);
                 let removed = self.loaded.remove(&name).is_some();
                 if removed {
                     tracing::info!(event = events::CATALOG_REMOVED, plugin = %name, "plugin removed from the folder");
@@ -179,13 +213,103 @@ impl Folder {
         most
     }
 
-    /// Compiles a plugin (or loads it from the cache) on a blocking thread.
-    async fn load(&self, entry: Entry) -> Option<Arc<Loaded>> {
+    /// Starts loading `entry` in a task of its own.
+    fn start_load(&mut self, entry: Entry) {
         let runtime = self.runtime.clone();
-        let wasm = entry.wasm.clone();
-        let compiled = tokio::task::spawn_blocking(move || runtime.load(&wasm)).await;
-        let error = match compiled {
-            Ok(Ok(plugin)) => {
+        let (name, digest, manifest) = (
+            entry.name.clone(),
+            entry.digest.clone(),
+            entry.manifest.clone(),
+        );
+        let task = self.tasks.spawn(async move {
+            let loaded = runtime
+                .load_off_thread(&entry.name, entry.wasm.clone())
+                .await;
+            (entry, loaded)
+        });
+        self.loading.insert(
+            name,
+            Pending {
+                digest,
+                manifest,
+                task,
+            },
+        );
+    }
+
+    /// Abandons the load of `name` under way, if any (its compiler process is killed).
+    fn cancel(&mut self, name: &str) {
+        if let Some(pending) = self.loading.remove(name) {
+            pending.task.abort();
+        }
+    }
+
+    /// Waits for the next load to end and publishes it; returns whether the loaded set
+    /// changed. Pending forever when nothing is loading.
+    pub async fn next_loaded(&mut self) -> bool {
+        loop {
+            let Some(ended) = self.tasks.join_next_with_id().await else {
+                return std::future::pending().await;
+            };
+            let (entry, loaded) = match ended {
+                Ok((_, done)) => done,
+                // Abandoned: a newer version or a removal replaced it.
+                Err(e) if e.is_cancelled() => continue,
+                Err(e) => {
+                    // A bug in the load path; the plugin is reported, not retried.
+                    let id = e.id();
+                    if let Some(name) = self.name_of(id) {
+                        self.loading.remove(&name);
+                        tracing::error!(event = events::CATALOG_REJECTED, plugin = %name, error = %e, "{name}: the load failed: {e}");
+                    }
+                    continue;
+                }
+            };
+            let current = self
+                .loading
+                .get(&entry.name)
+                .is_some_and(|p| p.digest == entry.digest && p.manifest == entry.manifest);
+            if !current {
+                continue;
+            }
+            self.loading.remove(&entry.name);
+            return match self.finish(entry, loaded) {
+                Some(loaded) => {
+                    self.loaded.insert(loaded.entry.name.clone(), loaded);
+                    true
+                }
+                None => false,
+            };
+        }
+    }
+
+    /// The plugin whose load is the task `id`.
+    fn name_of(&self, id: Id) -> Option<String> {
+        self.loading
+            .iter()
+            .find(|(_, p)| p.task.id() == id)
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Abandons every load under way (shutdown): compiler processes are killed and
+    /// leave no cache entry.
+    pub async fn abandon(&mut self) {
+        for name in std::mem::take(&mut self.loading).into_keys() {
+            tracing::info!(event = events::PLUGIN_ABANDONED, plugin = %name, "shutting down: the plugin's load is abandoned");
+        }
+        self.tasks.abort_all();
+        // The aborted tasks end at once (their futures are dropped, which kills the
+        // children and removes their temporary files); waiting here makes that happen
+        // before the node exits.
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// The loaded plugin, or the reported reason it cannot be.
+    fn finish(&self, entry: Entry, loaded: Result<Plugin, LoadError>) -> Option<Arc<Loaded>> {
+        let limit = entry.manifest.limits.memory;
+        let refused = |plugin: &Plugin| plugin.footprint.refuses(limit);
+        let error = match loaded {
+            Ok(plugin) if refused(&plugin).is_none() => {
                 tracing::info!(
                     event = events::PLUGIN_LOADED,
                     plugin = %entry.name,
@@ -196,6 +320,8 @@ impl Folder {
                     digest = %entry.digest,
                     cache = plugin.cache.as_str(),
                     load_us = plugin.load_time.as_micros() as u64,
+                    initial_memory = plugin.footprint.initial_memory,
+                    memories = plugin.footprint.memories,
                     "plugin loaded",
                 );
                 let stop_grace = self.stop_grace(&entry);
@@ -210,8 +336,8 @@ impl Folder {
                     granted,
                 }));
             }
-            Ok(Err(err)) => err.to_string(),
-            Err(err) => format!("the compiler thread failed: {err}"),
+            Ok(plugin) => refused(&plugin).unwrap_or_default(),
+            Err(err) => err.to_string(),
         };
         let keeps = if self.loaded.contains_key(&entry.name) {
             "; the version already loaded stays"

@@ -14,7 +14,9 @@
 //! An entry that fails (foreign, tampered, written by an older build, truncated, or
 //! refused by the engine) is deleted, reported with one `cache.error` line, and the
 //! component compiled again. Files are written owner-only to a temporary name, flushed
-//! and renamed, so a crash never leaves a half-written entry under a real key.
+//! and renamed, so a crash never leaves a half-written entry under a real key; the
+//! temporary files of a writer that died are removed when the cache is opened. On a node
+//! the writer is the compiler process (`compiler.rs`), which gets the key on its stdin.
 //!
 //! Not covered: someone who can read the key (the node's user, or root) can forge
 //! entries; the cache protects against files planted or copied into `cache/`, not
@@ -39,6 +41,9 @@ pub enum CacheUse {
     Miss,
     /// Compiled; no cache in use.
     Off,
+    /// The component another loaded plugin file with the same wasm already holds: no
+    /// compilation, no second copy of its code.
+    Shared,
 }
 
 impl CacheUse {
@@ -47,6 +52,7 @@ impl CacheUse {
             CacheUse::Hit => "hit",
             CacheUse::Miss => "miss",
             CacheUse::Off => "off",
+            CacheUse::Shared => "shared",
         }
     }
 }
@@ -54,8 +60,10 @@ impl CacheUse {
 pub(super) struct CompileCache {
     dir: PathBuf,
     engine_key: String,
-    /// The node's cache key: authenticates the entries it wrote.
+    /// The node's cache key: authenticates the entries it wrote. Kept raw as well, to
+    /// hand to the compiler process (through its stdin, never its arguments).
     key: hmac::Key,
+    raw_key: [u8; 32],
 }
 
 /// Hex sha256 of `bytes`.
@@ -65,13 +73,15 @@ pub(super) fn digest(bytes: &[u8]) -> String {
 
 impl CompileCache {
     /// Opens the cache in `dir` (made 0700 if missing), with its key in `dir` + `.key`.
+    /// Temporary files of writers that were killed before their rename are removed.
     pub(super) fn open(dir: &Path, engine: &Engine) -> Result<Self, RuntimeError> {
         crate::owner_only::create_dir(dir).map_err(|source| RuntimeError::Cache {
             path: dir.to_path_buf(),
             source,
         })?;
+        crate::owner_only::remove_dead_temps(dir);
         let key_path = dir.with_extension("key");
-        let key = crate::owner_only::secret(&key_path).map_err(|why| RuntimeError::Cache {
+        let raw_key = crate::owner_only::secret(&key_path).map_err(|why| RuntimeError::Cache {
             path: key_path.clone(),
             source: std::io::Error::other(why),
         })?;
@@ -81,21 +91,28 @@ impl CompileCache {
         Ok(Self {
             dir: dir.to_path_buf(),
             engine_key,
-            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
+            key: hmac::Key::new(hmac::HMAC_SHA256, &raw_key),
+            raw_key,
         })
     }
 
-    pub(super) fn get_or_compile(
-        &self,
-        engine: &Engine,
-        digest: &str,
-        wasm: &[u8],
-    ) -> Result<(Component, CacheUse), LoadError> {
-        let name = format!("{digest}-{}.cwasm", self.engine_key);
-        let path = self.dir.join(&name);
+    /// The secret that authenticates entries, for the compiler process.
+    pub(super) fn raw_key(&self) -> &[u8; 32] {
+        &self.raw_key
+    }
+
+    /// Where the entry for the wasm with hex sha256 `digest` lives.
+    pub(super) fn path_of(&self, digest: &str) -> PathBuf {
+        self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
+    }
+
+    /// The cached component for `digest`, if there is a usable entry. An unusable one is
+    /// deleted and reported.
+    pub(super) fn get(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        let path = self.path_of(digest);
         match std::fs::read(&path) {
-            Ok(file) => match self.load(engine, &name, &file) {
-                Ok(component) => return Ok((component, CacheUse::Hit)),
+            Ok(file) => match load(engine, &self.key, &entry_name(&path), &file) {
+                Ok(component) => return Some(component),
                 Err(why) => {
                     tracing::warn!(event = crate::events::CACHE_ERROR, path = %path.display(), error = %why, "discarding an unusable compile cache entry; compiling again");
                     let _ = std::fs::remove_file(&path);
@@ -106,50 +123,76 @@ impl CompileCache {
                 tracing::warn!(event = crate::events::CACHE_ERROR, path = %path.display(), error = %e, "cannot read a compile cache entry; compiling again");
             }
         }
+        None
+    }
+
+    /// The cached component, or one compiled here and stored (for callers that compile
+    /// in process: `tenure plugin check`, tests and benchmarks).
+    pub(super) fn get_or_compile(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        wasm: &[u8],
+    ) -> Result<(Component, CacheUse), LoadError> {
+        if let Some(component) = self.get(engine, digest) {
+            return Ok((component, CacheUse::Hit));
+        }
         let component = compile(engine, wasm)?;
-        if let Err(err) = self.store(&path, &name, &component) {
+        let path = self.path_of(digest);
+        if let Err(err) = store(&self.raw_key, &path, &component) {
             // The plugin still runs; only the next start pays for compiling again.
             tracing::warn!(event = crate::events::CACHE_ERROR, path = %path.display(), error = %err, "cannot write the compile cache");
         }
         Ok((component, CacheUse::Miss))
     }
+}
 
-    /// The component in `file` (an entry named `name`) if this node's key authenticates it
-    /// and the engine accepts it.
-    fn load(&self, engine: &Engine, name: &str, file: &[u8]) -> Result<Component, String> {
-        let body = file
-            .strip_prefix(MAGIC)
-            .filter(|rest| rest.len() >= TAG_LEN)
-            .ok_or("not an entry written by this version of tenure")?;
-        let (tag, body) = body.split_at(TAG_LEN);
-        hmac::verify(&self.entry_key(name), body, tag)
-            .map_err(|_| "not authenticated by this node's cache key (cache.key)")?;
-        // SAFETY: the bytes are exactly what this node's `Component::serialize` wrote
-        // under this name (the tag above proves it, and they are checked in memory, not
-        // re-read), for an engine with this compatibility hash (it is in the name);
-        // deserialize checks the header and engine settings again.
-        unsafe { Component::deserialize(engine, body) }.map_err(|e| format!("{e:#}"))
-    }
+/// The name an entry's tag is bound to: its file name.
+fn entry_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
 
-    /// The key that authenticates the entry named `name`: derived from the node's cache
-    /// key and the name, so an entry is valid under its own name only.
-    fn entry_key(&self, name: &str) -> hmac::Key {
-        let derived = hmac::sign(&self.key, name.as_bytes());
-        hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
-    }
+/// The component in `file` (an entry named `name`) if `key` authenticates it and the
+/// engine accepts it.
+fn load(engine: &Engine, key: &hmac::Key, name: &str, file: &[u8]) -> Result<Component, String> {
+    let body = file
+        .strip_prefix(MAGIC)
+        .filter(|rest| rest.len() >= TAG_LEN)
+        .ok_or("not an entry written by this version of tenure")?;
+    let (tag, body) = body.split_at(TAG_LEN);
+    hmac::verify(&entry_key(key, name), body, tag)
+        .map_err(|_| "not authenticated by this node's cache key (cache.key)")?;
+    // SAFETY: the bytes are exactly what `Component::serialize` wrote under this name
+    // for a holder of this node's key (the tag above proves it, and they are checked in
+    // memory, not re-read), for an engine with this compatibility hash (it is in the
+    // name); deserialize checks the header and engine settings again.
+    unsafe { Component::deserialize(engine, body) }.map_err(|e| format!("{e:#}"))
+}
 
-    fn store(&self, path: &Path, name: &str, component: &Component) -> anyhow::Result<()> {
-        let body = component
-            .serialize()
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-        let tag = hmac::sign(&self.entry_key(name), &body);
-        let mut file = Vec::with_capacity(MAGIC.len() + TAG_LEN + body.len());
-        file.extend_from_slice(MAGIC);
-        file.extend_from_slice(tag.as_ref());
-        file.extend_from_slice(&body);
-        crate::owner_only::write_atomic(path, &file)?;
-        Ok(())
-    }
+/// The key that authenticates the entry named `name`: derived from the node's cache key
+/// and the name, so an entry is valid under its own name only.
+fn entry_key(key: &hmac::Key, name: &str) -> hmac::Key {
+    let derived = hmac::sign(key, name.as_bytes());
+    hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
+}
+
+/// Writes `component` as the entry at `path`, authenticated with `raw_key`: atomically
+/// (a temporary file renamed), so a writer killed midway leaves no entry. The compiler
+/// process calls it too.
+pub(super) fn store(raw_key: &[u8; 32], path: &Path, component: &Component) -> anyhow::Result<()> {
+    let body = component
+        .serialize()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let key = hmac::Key::new(hmac::HMAC_SHA256, raw_key);
+    let tag = hmac::sign(&entry_key(&key, &entry_name(path)), &body);
+    let mut file = Vec::with_capacity(MAGIC.len() + TAG_LEN + body.len());
+    file.extend_from_slice(MAGIC);
+    file.extend_from_slice(tag.as_ref());
+    file.extend_from_slice(&body);
+    crate::owner_only::write_atomic(path, &file)?;
+    Ok(())
 }
 
 /// The first bytes of every entry (the format's version).

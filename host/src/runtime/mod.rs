@@ -30,7 +30,9 @@
 
 mod bindings;
 mod cache;
+mod compiler;
 mod env;
+mod footprint;
 mod guest_data;
 pub mod http;
 mod imports;
@@ -41,8 +43,10 @@ mod refused;
 mod store;
 mod tcp;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -50,6 +54,10 @@ use wasmtime::{Engine, EngineWeak};
 
 pub use bindings::tenure::plugin::types::CleanupReason;
 pub use cache::CacheUse;
+pub use compiler::{
+    CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, child_main as compile_child,
+};
+pub use footprint::{Footprint, mib};
 pub use instance::{Failure, Instance};
 pub use lease::{NodeLease, Refusal, Signals, nanos};
 use store::HostState;
@@ -96,6 +104,10 @@ pub enum LoadError {
     /// The component did not validate or compile.
     #[error("invalid component: {0}")]
     Invalid(String),
+    /// The compiler process failed: killed (out of memory, the time bound, a signal) or
+    /// crashed. Usually the file's size or shape; the message quotes the process.
+    #[error("cannot compile: {0}")]
+    Compiler(String),
     /// The component imports something Tenure does not provide, or lacks the world's
     /// exports.
     #[error("does not fit the tenure:plugin/owned-task@0.1.0 world: {0}")]
@@ -269,18 +281,34 @@ pub struct Runtime {
     linker: Linker<HostState>,
     cache: Option<cache::CompileCache>,
     pooling: bool,
+    /// Where cache misses compile: a child process (a node), or in process (`None`:
+    /// `tenure plugin check`, tests, benchmarks).
+    compiler: Option<compiler::Compiler>,
+    /// The components loaded plugins hold, by wasm digest: plugin files with the same
+    /// wasm share one copy of its code.
+    components: Mutex<HashMap<String, Weak<Component>>>,
+    /// One lock per wasm digest being loaded: a second file with the same wasm waits
+    /// for the first load and then shares its component, instead of compiling or
+    /// deserializing again (ten thousand copies of one plugin compile once).
+    loading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Compiles run in this process.
+    compiles_here: AtomicUsize,
 }
 
 /// A compiled plugin version, ready to instantiate.
 pub struct Plugin {
     pre: bindings::OwnedTaskPre<HostState>,
     engine: Engine,
+    /// Keeps the component in [`Runtime`]'s shared set while this version is loaded.
+    component: Arc<Component>,
     /// `sha256:<hex>` of the wasm bytes.
     pub digest: String,
     /// Whether the compiled code came from the cache.
     pub cache: CacheUse,
     /// How long compiling or loading took.
     pub load_time: Duration,
+    /// What one instance needs at instantiation.
+    pub footprint: Footprint,
 }
 
 impl Runtime {
@@ -319,7 +347,26 @@ impl Runtime {
             linker,
             cache,
             pooling,
+            compiler: None,
+            components: Mutex::default(),
+            loading: Mutex::default(),
+            compiles_here: AtomicUsize::new(0),
         })
+    }
+
+    /// Compiles cache misses in child processes of `exe` (this same binary, which must
+    /// understand [`CHILD_SUBCOMMAND`]) instead of in this process. Needs a cache dir:
+    /// the child hands its result over as a cache entry.
+    pub fn compile_in_child(mut self, exe: PathBuf) -> Self {
+        if self.cache.is_some() {
+            self.compiler = Some(compiler::Compiler::new(exe));
+        }
+        self
+    }
+
+    /// How many compiles ran in this process (not in child processes).
+    pub fn compiles_here(&self) -> usize {
+        self.compiles_here.load(Ordering::Relaxed)
     }
 
     /// Whether instances come from the pooling allocator.
@@ -327,47 +374,198 @@ impl Runtime {
         self.pooling
     }
 
-    /// Compiles `wasm` (or loads it from the cache) and checks it against the world.
-    /// CPU-heavy on a cache miss: call it from a blocking thread.
+    /// Compiles `wasm` in this process (or loads it from the cache or the shared set)
+    /// and checks it against the world. CPU-heavy on a cache miss, and the compile's
+    /// memory stays with the process: for `tenure plugin check`, tests and benchmarks.
     pub fn load(&self, wasm: &[u8]) -> Result<Plugin, LoadError> {
         check_header(wasm)?;
         let started = Instant::now();
         let digest = cache::digest(wasm);
+        let (component, cache) = match self.found(&digest) {
+            Some(found) => found,
+            None => self.compile_here(&digest, wasm)?,
+        };
+        self.finish(&digest, component, cache, started)
+    }
+
+    /// The node's load: like [`Runtime::load`], but a cache miss compiles in a child
+    /// process (if [`Runtime::compile_in_child`] was called) that the caller awaits, and
+    /// the cache reads run on blocking threads, so no runtime worker waits on either.
+    /// `plugin` names the plugin in the `plugin.compiling` event.
+    pub async fn load_off_thread(
+        self: Arc<Self>,
+        plugin: &str,
+        wasm: Arc<[u8]>,
+    ) -> Result<Plugin, LoadError> {
+        check_header(&wasm)?;
+        let started = Instant::now();
+        let digest = {
+            let wasm = wasm.clone();
+            blocking(move || cache::digest(&wasm)).await?
+        };
+        // One load per wasm digest at a time: a second file with the same wasm waits,
+        // then finds the first one's component in the shared set (no second compile, no
+        // second copy of the code).
+        let lock = self
+            .loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(digest.clone())
+            .or_default()
+            .clone();
+        let guard = lock.lock_owned().await;
+        let loaded = self
+            .clone()
+            .load_alone(plugin, wasm, &digest, started)
+            .await;
+        drop(guard);
+        let mut loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        if loading
+            .get(&digest)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            loading.remove(&digest);
+        }
+        loaded
+    }
+
+    /// [`Runtime::load_off_thread`] once no other load of `digest` runs.
+    async fn load_alone(
+        self: Arc<Self>,
+        plugin: &str,
+        wasm: Arc<[u8]>,
+        digest: &str,
+        started: Instant,
+    ) -> Result<Plugin, LoadError> {
+        let digest = digest.to_string();
+        let found = {
+            let (this, digest) = (self.clone(), digest.clone());
+            blocking(move || this.found(&digest)).await?
+        };
+        let (component, cache) = match found {
+            Some(found) => found,
+            None => {
+                tracing::info!(
+                    event = crate::events::PLUGIN_COMPILING,
+                    plugin,
+                    wasm_digest = %digest,
+                    bytes = wasm.len(),
+                    child = self.compiler.is_some(),
+                    "compiling",
+                );
+                match (&self.compiler, &self.cache) {
+                    (Some(compiler), Some(cache)) => {
+                        let out = cache.path_of(&digest);
+                        compiler.compile(cache.raw_key(), &wasm, &out).await?;
+                        let (this, digest) = (self.clone(), digest.clone());
+                        let component = blocking(move || {
+                            this.cache
+                                .as_ref()
+                                .and_then(|cache| cache.get(&this.engine, &digest))
+                        })
+                        .await?
+                        .ok_or_else(|| {
+                            LoadError::Compiler(format!(
+                                "the compiler wrote no usable cache entry at {}",
+                                out.display()
+                            ))
+                        })?;
+                        (Arc::new(component), CacheUse::Miss)
+                    }
+                    _ => {
+                        let (this, digest, wasm) = (self.clone(), digest.clone(), wasm.clone());
+                        blocking(move || this.compile_here(&digest, &wasm)).await??
+                    }
+                }
+            }
+        };
+        let this = self.clone();
+        blocking(move || this.finish(&digest, component, cache, started)).await?
+    }
+
+    /// The component for `digest` without compiling: shared with a loaded plugin, or
+    /// from the cache.
+    fn found(&self, digest: &str) -> Option<(Arc<Component>, CacheUse)> {
+        let shared = self
+            .components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(digest)
+            .and_then(Weak::upgrade);
+        if let Some(component) = shared {
+            return Some((component, CacheUse::Shared));
+        }
+        let component = self.cache.as_ref()?.get(&self.engine, digest)?;
+        Some((Arc::new(component), CacheUse::Hit))
+    }
+
+    /// Compiles in this process, storing the result in the cache if there is one.
+    fn compile_here(
+        &self,
+        digest: &str,
+        wasm: &[u8],
+    ) -> Result<(Arc<Component>, CacheUse), LoadError> {
+        self.compiles_here.fetch_add(1, Ordering::Relaxed);
         let (component, cache) = match &self.cache {
-            Some(cache) => cache.get_or_compile(&self.engine, &digest, wasm)?,
+            Some(cache) => cache.get_or_compile(&self.engine, digest, wasm)?,
             None => (compile(&self.engine, wasm)?, CacheUse::Off),
         };
+        Ok((Arc::new(component), cache))
+    }
+
+    /// Checks `component` against the world and records it in the shared set.
+    fn finish(
+        &self,
+        digest: &str,
+        component: Arc<Component>,
+        cache: CacheUse,
+        started: Instant,
+    ) -> Result<Plugin, LoadError> {
         let pre = self
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
         let pre = bindings::OwnedTaskPre::new(pre)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
+        {
+            let mut shared = self.components.lock().unwrap_or_else(|e| e.into_inner());
+            shared.retain(|_, c| c.strong_count() > 0);
+            shared.insert(digest.to_string(), Arc::downgrade(&component));
+        }
         Ok(Plugin {
             pre,
             engine: self.engine.clone(),
+            footprint: Footprint::of(&component),
+            component,
             digest: format!("sha256:{digest}"),
             cache,
             load_time: started.elapsed(),
         })
     }
+}
 
-    /// The names of the interfaces a component imports, for `tenure plugin check`.
-    pub fn imports_of(&self, wasm: &[u8]) -> Result<Vec<String>, LoadError> {
-        check_header(wasm)?;
-        let component = compile(&self.engine, wasm)?;
-        let ty = component.component_type();
-        Ok(ty
-            .imports(&self.engine)
-            .map(|(name, _)| name.to_string())
-            .collect())
-    }
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, LoadError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LoadError::Compiler(format!("the loading thread failed: {e}")))
 }
 
 impl Plugin {
     /// A fresh instance for `ctx`: a new store with its limits, then instantiation.
     pub async fn instantiate(&self, ctx: Arc<InstanceContext>) -> Result<Instance, Failure> {
         Instance::new(&self.engine, &self.pre, ctx).await
+    }
+
+    /// The names of the interfaces the component imports.
+    pub fn imports(&self) -> Vec<String> {
+        self.component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 }
 

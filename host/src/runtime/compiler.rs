@@ -1,0 +1,250 @@
+//! Compiling in a short-lived child process, so that a compile's memory leaves with it.
+//!
+//! Cranelift's working memory for a large component (an 18 MB Python component peaks
+//! near 400 MiB) is freed to the allocator when the compile ends, but not given back to
+//! the system: a node that compiled one Python plugin in process stayed at ~370 MiB
+//! resident for good. So a node compiles in a child: the same binary, run as
+//! `tenure __compile OUT`. The child reads the node's cache key (32 bytes) and then the
+//! wasm from its stdin (never its arguments, which other users can read in /proc),
+//! compiles with the node's engine settings, writes the authenticated cache entry at
+//! `OUT` atomically, and exits. The node then loads the entry like any cache hit
+//! (deserialize, which maps the code), so what stays in the node is the code alone.
+//!
+//! The child is bounded: its address space (`RLIMIT_AS`, [`COMPILE_MEMORY`]) and CPU
+//! time (`RLIMIT_CPU`) are limited by the child itself before it reads a byte, and the
+//! node kills it after [`COMPILE_TIMEOUT`]. Compiles run side by side up to the number of
+//! cores (each child is itself multi-threaded; more would only share the same cores).
+//! Dropping a compile (a shutdown, or a newer version of the file) kills the child
+//! (`kill_on_drop`) and removes its temporary file, so no entry is ever half-written.
+//!
+//! Exit codes: 0, the entry is written; [`INVALID`], the wasm is not a valid component
+//! (stderr says why); anything else, or a signal, is a failed compile, reported with the
+//! child's stderr.
+//!
+//! The child's engine is `engine_config(false)`: the same compiler settings as the
+//! node's, without the pooling allocator's address-space reservation (which the child's
+//! memory limit would refuse, and which compiled code does not depend on; a test checks
+//! that an entry compiled so loads into a pooling engine).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+use wasmtime::Engine;
+
+use super::{LoadError, cache, compile, engine_config};
+
+/// The hidden subcommand that runs a compile: `tenure __compile OUT`.
+pub const CHILD_SUBCOMMAND: &str = "__compile";
+/// The child's address-space limit. A Python component's compile peaks near 400 MiB
+/// resident; the rest is room for thread stacks and allocator arenas.
+pub const COMPILE_MEMORY: u64 = 4 << 30;
+/// How long the node lets one compile run before killing it (a cold Python compile takes
+/// about 4 s alone on this project's two-core machine, much more beside other compiles).
+pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The child's own CPU-time limit: the backstop if the node dies without killing it.
+const COMPILE_CPU_SECONDS: u64 = 600;
+/// The child's exit code for a file that is not a valid component.
+const INVALID: i32 = 2;
+/// How much of the child's stderr a load error quotes.
+const STDERR_KEPT: usize = 4096;
+
+/// Runs compiles in child processes of `exe`, at most one per core at a time.
+pub(super) struct Compiler {
+    exe: PathBuf,
+    slots: Semaphore,
+}
+
+impl Compiler {
+    pub(super) fn new(exe: PathBuf) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            exe,
+            slots: Semaphore::new(cores),
+        }
+    }
+
+    /// Compiles `wasm` in a child process, which writes the cache entry at `out`
+    /// authenticated with `key`. Waits for a free slot first. Cancel-safe: dropped, it
+    /// kills the child and removes its temporary file.
+    pub(super) async fn compile(
+        &self,
+        key: &[u8; 32],
+        wasm: &[u8],
+        out: &Path,
+    ) -> Result<(), LoadError> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        // Declared before the child, so dropped after it: the child is killed first.
+        let mut sweep = TempSweep {
+            out: out.to_path_buf(),
+            pid: None,
+        };
+        let mut child = tokio::process::Command::new(&self.exe)
+            .arg(CHILD_SUBCOMMAND)
+            .arg(out)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                LoadError::Compiler(format!(
+                    "cannot start the compiler process {}: {e}",
+                    self.exe.display()
+                ))
+            })?;
+        sweep.pid = child.id();
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let feed = async move {
+            // A child that exits early closes the pipe; its status says why.
+            let _ = stdin.write_all(key).await;
+            let _ = stdin.write_all(wasm).await;
+        };
+        let said = async {
+            let mut kept = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+                let room = STDERR_KEPT.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+            }
+            String::from_utf8_lossy(&kept).trim().to_string()
+        };
+        let run = async {
+            let ((), said, status) = tokio::join!(feed, said, child.wait());
+            (said, status)
+        };
+        let (said, status) = tokio::time::timeout(COMPILE_TIMEOUT, run)
+            .await
+            .map_err(|_| {
+                LoadError::Compiler(format!(
+                    "the compile took longer than {}; killed",
+                    humantime::format_duration(COMPILE_TIMEOUT)
+                ))
+            })?;
+        let status = status
+            .map_err(|e| LoadError::Compiler(format!("cannot wait for the compiler: {e}")))?;
+        if status.success() {
+            return Ok(());
+        }
+        if status.code() == Some(INVALID) {
+            return Err(LoadError::Invalid(said));
+        }
+        let hint = if said.contains("memory allocation") {
+            format!(" (a compile may use at most {} GiB)", COMPILE_MEMORY >> 30)
+        } else {
+            String::new()
+        };
+        Err(LoadError::Compiler(format!(
+            "the compiler process failed ({status}){hint}: {}",
+            if said.is_empty() { "no output" } else { &said }
+        )))
+    }
+}
+
+/// Removes the temporary file a killed child leaves beside `out`.
+struct TempSweep {
+    out: PathBuf,
+    pid: Option<u32>,
+}
+
+impl Drop for TempSweep {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            crate::owner_only::remove_temps_of(&self.out, pid);
+        }
+    }
+}
+
+/// The child's side, `tenure __compile OUT`: reads the key and the wasm from stdin,
+/// compiles, writes the entry. Returns the process's exit code.
+pub fn child_main(out: &Path) -> i32 {
+    if let Err(why) = limit(libc::RLIMIT_AS, COMPILE_MEMORY)
+        .and_then(|()| limit(libc::RLIMIT_CPU, COMPILE_CPU_SECONDS))
+    {
+        eprintln!("cannot limit the compiler process: {why}");
+        return 1;
+    }
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        eprintln!("cannot read the key and wasm from stdin: {e}");
+        return 1;
+    }
+    let Some((key, wasm)) = input.split_first_chunk::<32>() else {
+        eprintln!("stdin holds no cache key: this subcommand is run by the node only");
+        return 1;
+    };
+    let engine = match Engine::new(&engine_config(false)) {
+        Ok(engine) => engine,
+        Err(e) => {
+            eprintln!("cannot create the wasm engine: {e:#}");
+            return 1;
+        }
+    };
+    let component = match compile(&engine, wasm) {
+        Ok(component) => component,
+        Err(LoadError::Invalid(why)) => {
+            eprintln!("{why}");
+            return INVALID;
+        }
+        Err(other) => {
+            eprintln!("{other}");
+            return 1;
+        }
+    };
+    match cache::store(key, out, &component) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cannot write the cache entry {}: {e:#}", out.display());
+            1
+        }
+    }
+}
+
+/// Sets both the soft and hard limit of `resource` to `value`.
+fn limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: setrlimit reads the struct we pass and changes only this process's limits.
+    if unsafe { libc::setrlimit(resource, &limit) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child compiles with `engine_config(false)`; the node deserializes with the
+    /// pooling engine. The entry must load there, or every cache miss would fail.
+    #[test]
+    fn an_entry_compiled_without_pooling_loads_into_the_pooling_engine() {
+        let mut with_module = wasm_encoder::Component::new();
+        with_module.section(&wasm_encoder::ModuleSection(&wasm_encoder::Module::new()));
+        let wasm = with_module.finish();
+        let child = Engine::new(&engine_config(false)).unwrap();
+        let node = Engine::new(&engine_config(true)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache::CompileCache::open(&dir.path().join("cache"), &node).unwrap();
+        let digest = cache::digest(&wasm);
+        let out = cache.path_of(&digest);
+        let component = compile(&child, &wasm).unwrap();
+        cache::store(cache.raw_key(), &out, &component).unwrap();
+        assert!(
+            cache.get(&node, &digest).is_some(),
+            "the pooling engine refused the child's entry"
+        );
+    }
+}
