@@ -314,3 +314,55 @@ fn a_node_whose_certificate_is_missing_creates_nothing() {
         "a refused start created its folders:\n{said}"
     );
 }
+
+/// A node named n1 given n2's certificate (or an operator's) would start and then fail
+/// every handshake; it is refused at once, told which certificate carries which name and
+/// the two ways out, and creates nothing.
+#[test]
+fn a_node_whose_certificate_names_another_is_told_both_fixes_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = |args: &[&str]| {
+        let output = tenure(args, dir.path());
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+    };
+    ok(&["certs", "init", "--out", "ca"]);
+    ok(&["certs", "issue", "--ca", "ca", "--node", "n2", "--out", "."]);
+    ok(&[
+        "certs",
+        "issue",
+        "--ca",
+        "ca",
+        "--operator",
+        "ops",
+        "--out",
+        ".",
+    ]);
+    for (cert, carries) in [("n2", "node n2"), ("ops", "operator ops")] {
+        let config = dir.path().join("tenure.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\
+                 plugins_dir = \"plugins\"\n[tls]\nca = \"ca/ca.pem\"\ncert = \"{cert}.pem\"\n\
+                 key = \"{cert}.key\"\n"
+            ),
+        )
+        .unwrap();
+        let output = tenure(&["run", "--config", config.to_str().unwrap()], dir.path());
+        let said = said(&output);
+        println!("{said}");
+        assert!(!output.status.success(), "the node started:\n{said}");
+        assert!(
+            said.contains(&format!("{cert}.pem")) && said.contains(carries),
+            "the error says which certificate carries which name:\n{said}"
+        );
+        assert!(
+            said.contains("tenure certs issue") && said.contains("--node n1"),
+            "and how to get a certificate for n1:\n{said}"
+        );
+        assert!(
+            !dir.path().join("data").exists() && !dir.path().join("plugins").exists(),
+            "a refused start created its folders:\n{said}"
+        );
+    }
+}

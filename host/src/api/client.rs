@@ -133,6 +133,8 @@ pub enum AdminError {
 pub struct AdminClient {
     transport: Transport,
     files: TlsFiles,
+    /// The bound of each request (`--timeout`), for messages.
+    timeout: Duration,
 }
 
 impl AdminClient {
@@ -191,7 +193,11 @@ impl AdminClient {
                     reason: format!("cannot open a local socket: {other}"),
                 },
             })?;
-        Ok(AdminClient { transport, files })
+        Ok(AdminClient {
+            transport,
+            files,
+            timeout,
+        })
     }
 
     /// Sends `request` to node `node` at `addr` and returns its answer. An action sent to
@@ -326,7 +332,14 @@ impl AdminClient {
             TransportError::DialTimeout { timeout, .. } => AdminError::Unreachable {
                 node: node_s,
                 addr,
-                reason: format!("no answer within {}", humantime::format_duration(timeout)),
+                // The dial's own bound, a share of --timeout: say both, so the wait the
+                // operator saw matches the message.
+                reason: format!(
+                    "no answer to the connection attempt within {} (the share of --timeout \
+                     {} given to connecting: half, at most 3 s)",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(self.timeout)
+                ),
             },
             TransportError::Connect { reason, .. } => AdminError::Unreachable {
                 node: node_s,

@@ -37,25 +37,27 @@ impl Admin for Fake {
             .unwrap()
             .push((operator.to_owned(), request.clone()));
         let answer = match request {
-            AdminRequest::Status => {
-                let raft = RaftView {
-                    node: "n1".into(),
-                    leader: Some("n1".into()),
-                    term: 2,
-                    voters: vec!["n1".into()],
-                    learners: vec![],
-                };
-                Ok(AdminResponse::Status(Status::build(
-                    &self.cluster,
-                    raft,
-                    vec![],
-                    NOW,
-                )))
-            }
+            AdminRequest::Status => Ok(AdminResponse::Status(Status::build(
+                &self.cluster,
+                raft_n1(),
+                vec![],
+                NOW,
+            ))),
             other => command_for(&other, &self.cluster, NOW)
                 .map(|c| AdminResponse::Done(describe(&c, &self.cluster))),
         };
         Box::pin(async move { answer })
+    }
+}
+
+/// Raft as n1, the leader and only voter, sees it.
+fn raft_n1() -> RaftView {
+    RaftView {
+        node: "n1".into(),
+        leader: Some("n1".into()),
+        term: 2,
+        voters: vec!["n1".into()],
+        learners: vec![],
     }
 }
 
@@ -500,14 +502,7 @@ async fn a_status_of_ten_thousand_resources_arrives_whole() {
     init_logs();
     let mut s = Setup::start().await;
     let cluster = super::fixture::many_resources(10_000).cluster;
-    let raft = RaftView {
-        node: "n1".into(),
-        leader: Some("n1".into()),
-        term: 2,
-        voters: vec!["n1".into()],
-        learners: vec![],
-    };
-    let expected = Status::build(&cluster, raft, vec![], NOW);
+    let expected = Status::build(&cluster, raft_n1(), vec![], NOW);
     s.fake = Arc::new(Fake {
         cluster,
         seen: Mutex::default(),

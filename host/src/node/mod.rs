@@ -108,7 +108,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .parse()
         .map_err(|_| NodeError::Listen(config.listen.clone()))?;
     preflight::addresses_free(listen, config.metrics)?;
-    preflight::tls_usable(config.tls.as_ref())?;
+    preflight::tls_usable(config.tls.as_ref(), &config.name)?;
     preflight::data_dir_free(&config.data_dir)?;
     if let Some(tls) = &config.tls {
         datadir::warn_if_key_readable(&tls.key);

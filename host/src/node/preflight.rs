@@ -35,14 +35,57 @@ pub enum Refused {
     },
     #[error("cannot load the TLS files: {0}")]
     Tls(crate::pki::PkiError),
+    #[error(
+        "the certificate {cert} is for node {carries}, but this node is named {name}: either \
+         name the node {carries} (`name` in the config, or --name), or give it a certificate \
+         for {name} (`tenure certs issue --ca CA_DIR --node {name} --out DIR`, then `tls.cert` \
+         and `tls.key`)"
+    )]
+    OtherNode {
+        cert: PathBuf,
+        carries: String,
+        name: String,
+    },
+    #[error(
+        "the certificate {cert} is for operator {carries}, not for a node: give node {name} a \
+         node certificate (`tenure certs issue --ca CA_DIR --node {name} --out DIR`, then \
+         `tls.cert` and `tls.key`)"
+    )]
+    OperatorCertificate {
+        cert: PathBuf,
+        carries: String,
+        name: String,
+    },
 }
 
 /// Loads the configured certificate, key and CA bundle once, reading only, so that a bad
-/// file is reported before anything is written (the transport loads them again).
-pub fn tls_usable(tls: Option<&crate::config::Tls>) -> Result<(), Refused> {
+/// file is reported before anything is written (the transport loads them again), and
+/// checks that the certificate is a node certificate for `name`: with another's, every
+/// handshake would fail.
+pub fn tls_usable(tls: Option<&crate::config::Tls>, name: &str) -> Result<(), Refused> {
     if let Some(tls) = tls {
-        crate::pki::load_identity(&tls.cert, &tls.key).map_err(Refused::Tls)?;
+        let identity = crate::pki::load_identity(&tls.cert, &tls.key)
+            .map_err(Refused::Tls)?
+            .identity;
         crate::pki::load_ca_bundle(&tls.ca).map_err(Refused::Tls)?;
+        let (cert, name) = (tls.cert.clone(), name.to_owned());
+        match identity.kind {
+            crate::pki::Kind::Operator => {
+                return Err(Refused::OperatorCertificate {
+                    cert,
+                    carries: identity.name,
+                    name,
+                });
+            }
+            crate::pki::Kind::Node if identity.name != name => {
+                return Err(Refused::OtherNode {
+                    cert,
+                    carries: identity.name,
+                    name,
+                });
+            }
+            crate::pki::Kind::Node => {}
+        }
     }
     Ok(())
 }
