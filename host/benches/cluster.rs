@@ -36,6 +36,7 @@
 //!    traffic at that size, as in 3 (it must not grow with the resource count), and
 //!    kill -9 of one node (not the leader) → every slot owned again by the others.
 //!
+//! `TENURE_BENCH_TTLS_MS` sets the TTLs of the failover section (default `2000,500`).
 //! `TENURE_BENCH_RUST_LOG` adds log directives to the nodes' filter. Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
 //! default `/var/tmp`) are removed at the end unless `TENURE_BENCH_KEEP` is set.
 //!
@@ -104,7 +105,7 @@ fn main() -> anyhow::Result<()> {
     let mut table = Table::default();
     let has = |s: &str| sections.iter().any(|x| x == s);
     if has("failover") {
-        for ttl in [Duration::from_secs(2), Duration::from_millis(500)] {
+        for ttl in env_list_ms("TENURE_BENCH_TTLS_MS", &[2000, 500])? {
             failover_section(&heartbeat, ttl, trials, settle, &mut table)?;
         }
     }
@@ -138,6 +139,24 @@ fn env_list(name: &str, all: &[&str]) -> anyhow::Result<Vec<String>> {
         );
     }
     Ok(picked)
+}
+
+/// A comma-separated list of milliseconds, e.g. `TENURE_BENCH_TTLS_MS=500`.
+fn env_list_ms(name: &str, default: &[u64]) -> anyhow::Result<Vec<Duration>> {
+    let Ok(text) = std::env::var(name) else {
+        return Ok(default
+            .iter()
+            .map(|&ms| Duration::from_millis(ms))
+            .collect());
+    };
+    text.split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map(Duration::from_millis)
+                .with_context(|| format!("{name}={text:?}: {s:?} is not a number of ms"))
+        })
+        .collect()
 }
 
 fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {

@@ -121,6 +121,28 @@ impl Liveness {
     }
 }
 
+impl Liveness {
+    /// When the next session of `term` not yet decided expired would expire if no
+    /// renewal came first (the earliest clock start + `ttl`), so the leader decides on
+    /// time rather than up to a tick later; `None` before the base is known.
+    pub fn next_expiry(&self, term: u64, ttl: Duration) -> Option<Instant> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.term != term {
+            return None;
+        }
+        let base = inner.base?;
+        let unseeded = (!inner.seeded).then_some(base);
+        let earliest = inner
+            .last
+            .iter()
+            .filter(|(node, (session, _))| !inner.ended.contains(&((*node).clone(), *session)))
+            .map(|(_, (_, at))| *at)
+            .chain(unseeded)
+            .min()?;
+        Some(earliest + ttl)
+    }
+}
+
 impl Terms {
     fn enter(&mut self, term: u64) {
         if term != self.term {
@@ -143,8 +165,14 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     let mut handoff: Option<(u64, tokio::task::JoinHandle<()>)> = None;
     let options = placement::Options::default();
     loop {
+        // Wake at the next expiry if it comes before the tick (at TTL 500 ms the tick is
+        // 31 ms: up to that much failover otherwise).
+        let mut wake = Instant::now() + tick;
+        if let Some(at) = liveness.next_expiry(shared.control.term(), ttl) {
+            wake = wake.min(at.max(Instant::now() + Duration::from_millis(1)));
+        }
         tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             changed = applied.changed() => if changed.is_err() { return },
             _ = stop.wait_for(|s| *s) => return,
         }
@@ -307,6 +335,36 @@ mod tests {
         );
         assert!(live.expired(2, &both[1..], t0 + ms(2499), ttl).is_empty());
         assert_eq!(live.expired(2, &both[1..], t0 + ms(2500), ttl).len(), 1);
+    }
+
+    #[test]
+    fn the_next_expiry_is_the_earliest_clock_start_plus_the_ttl() {
+        let live = Liveness::default();
+        let t0 = Instant::now();
+        let ttl = ms(1000);
+        let sessions = [("a".to_owned(), 5), ("b".to_owned(), 6)];
+        // Nothing before the base.
+        assert!(live.renewed(2, "a", 5, t0 + ms(100)));
+        assert_eq!(live.next_expiry(2, ttl), None);
+        // Sessions present when the base came start at it.
+        live.inherit(2, t0);
+        assert_eq!(live.next_expiry(2, ttl), Some(t0 + ttl));
+        assert!(live.expired(2, &sessions, t0 + ms(50), ttl).is_empty());
+        assert_eq!(
+            live.next_expiry(2, ttl),
+            Some(t0 + ttl),
+            "b counts from the base"
+        );
+        assert!(live.renewed(2, "b", 6, t0 + ms(300)));
+        assert_eq!(
+            live.next_expiry(2, ttl),
+            Some(t0 + ms(1100)),
+            "a renewed at 100"
+        );
+        // Once a is decided expired, the next is b's.
+        assert_eq!(live.expired(2, &sessions, t0 + ms(1100), ttl).len(), 1);
+        assert_eq!(live.next_expiry(2, ttl), Some(t0 + ms(1300)));
+        assert_eq!(live.next_expiry(3, ttl), None, "another term");
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // The endpoint serves Raft and renewals, so those exist (unattached) before it.
     let renewals = Arc::new(Renewals::new());
     let (control, service) = Control::open(
-        ControlOptions::new(config.data_dir.clone(), config.name.clone()),
+        ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl),
         renewals.clone(),
     )
     .await?;

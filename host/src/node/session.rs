@@ -2,7 +2,8 @@
 //! deadline (DESIGN.md, "Sessions and leases").
 //!
 //! - A renewal is sent to the current leader with the session id every T/4, whether or
-//!   not the previous one was answered; the send time is taken before sending. Only an
+//!   not the previous one was answered, and at once when a new leader is known; the send
+//!   time is taken before sending. Only an
 //!   acknowledgement moves the deadline, to `send time + T − m`
 //!   ([`Lease::acked`](crate::ownership::Lease::acked)), never back.
 //! - The leader answers only after a quorum round that began after the renewal arrived
@@ -102,6 +103,11 @@ async fn renew_until_lost(
     let mut inflight: tokio::task::JoinSet<(Instant, Result<Renewed, String>)> =
         tokio::task::JoinSet::new();
     let mut next = Instant::now();
+    // A renewal sent while no leader is known fails at once; the next would wait up to
+    // T/4. After a leader change, renew at once instead: an election has already used
+    // most of the window the lease leaves (`ControlOptions::paced_for`).
+    let mut metrics = shared.control.metrics();
+    let mut leader = metrics.borrow_and_update().current_leader;
     loop {
         let now = Instant::now();
         if now >= next {
@@ -138,6 +144,15 @@ async fn renew_until_lost(
                     tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal task failed");
                 }
             },
+            Ok(()) = metrics.changed() => {
+                let now_leader = metrics.borrow_and_update().current_leader;
+                if now_leader != leader {
+                    leader = now_leader;
+                    if leader.is_some() {
+                        next = Instant::now();
+                    }
+                }
+            }
             _ = tokio::time::sleep_until(wake.into()) => {}
         }
         if shared.with_lease(|l| l.deadline().is_some_and(|d| Instant::now() >= d)) {

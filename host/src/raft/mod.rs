@@ -119,8 +119,11 @@ pub struct ControlOptions {
     /// The leader's heartbeat interval (default 50 ms); also openraft's deadline for an
     /// AppendEntries message.
     pub heartbeat: Duration,
-    /// A follower that hears no leader for a random time between `election_min` and
-    /// `election_max` (default 150–300 ms) starts an election.
+    /// A follower that hears no leader for `election_max` (openraft's leader lease, during
+    /// which it also refuses votes) plus a time between `election_min` and
+    /// `election_max` drawn once per start (default 150–300 ms), checked every 1.5
+    /// heartbeats, starts an election. [`ControlOptions::paced_for`] sets all three from
+    /// the lease TTL.
     pub election_min: Duration,
     /// See `election_min`.
     pub election_max: Duration,
@@ -167,6 +170,31 @@ impl ControlOptions {
             max_payload: (1 << 20) - (16 << 10),
             max_snapshot: 1 << 30,
         }
+    }
+
+    /// Raft's timings for a lease TTL of `ttl`: the defaults from 2 s up, shorter below.
+    ///
+    /// Why: when the leader dies, no renewal is acknowledged until a new leader is elected,
+    /// so every other node's lease runs on. A node renews every T/4 and asks its plugins
+    /// to stop a stop grace (at most T/4) before its deadline, T − T/20 after its last
+    /// acknowledged renewal was sent. So the election and one renewal must fit in about
+    /// T − T/4 − T/20 − T/4 − (round trips) = 0.45 T, or losing the leader stops every
+    /// plugin in the cluster. openraft detects a dead leader `election_max` +
+    /// (`election_min` to `election_max`) after its last heartbeat, plus up to one tick
+    /// (1.5 heartbeats): 450–675 ms at the defaults, which fits 2 s (0.9 s) but not 500 ms
+    /// (225 ms). Here the heartbeat is T/25 (20 to 50 ms), `election_max` 3T/20 (at least
+    /// three heartbeats, at most 300 ms) and `election_min` half of it (at least 1.5
+    /// heartbeats): at T = 500 ms, 20 ms and 37–75 ms, so a dead leader is noticed
+    /// 112–180 ms after its last heartbeat, and a follower must miss 112 ms of heartbeats
+    /// to start an election. Below 500 ms the window is shorter than openraft can be
+    /// paced for on a loaded machine: an election there can cost the other nodes their
+    /// leases (ARCHITECTURE.md, "Leader loss").
+    pub fn paced_for(mut self, ttl: Duration) -> Self {
+        let ms = Duration::from_millis;
+        self.heartbeat = (ttl / 25).clamp(ms(20), ms(50));
+        self.election_max = (ttl * 3 / 20).clamp(self.heartbeat * 3, ms(300));
+        self.election_min = (self.election_max / 2).max(self.heartbeat * 3 / 2);
+        self
     }
 
     /// The largest encoded command [`Control::propose`] accepts.

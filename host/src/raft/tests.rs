@@ -660,3 +660,49 @@ async fn concurrent_leadership_checks_share_rounds() {
     assert!(rounds <= 10, "{rounds} rounds for 40 checks");
     group.shutdown().await;
 }
+
+/// The worst time from a leader's last heartbeat to a follower's election under `o`:
+/// openraft's leader lease (`election_max`), the follower's own timeout (at most
+/// `election_max`), and one tick (1.5 heartbeats).
+fn worst_detection(o: &ControlOptions) -> Duration {
+    o.election_max * 2 + o.heartbeat * 3 / 2
+}
+
+#[test]
+fn raft_is_paced_so_a_new_leader_comes_inside_the_other_nodes_leases() {
+    let at = |ms: u64| ControlOptions::new("d", "n1").paced_for(Duration::from_millis(ms));
+    // The documented defaults from 2 s up.
+    for ttl in [2_000, 10_000, 60_000] {
+        let o = at(ttl);
+        let defaults = ControlOptions::new("d", "n1");
+        assert_eq!(
+            (o.heartbeat, o.election_min, o.election_max),
+            (
+                defaults.heartbeat,
+                defaults.election_min,
+                defaults.election_max
+            ),
+            "TTL {ttl} ms"
+        );
+    }
+    // From 500 ms up, a dead leader is noticed within 0.45 T less a 40 ms allowance for
+    // the vote and a renewal's round trip: the window before a survivor's stop request
+    // (`paced_for`'s doc).
+    for ttl in [500, 750, 1_000, 1_500, 2_000, 5_000] {
+        let o = at(ttl);
+        let window = Duration::from_millis(ttl * 45 / 100 - 40);
+        assert!(
+            worst_detection(&o) <= window,
+            "TTL {ttl} ms: detection up to {:?}, window {window:?}",
+            worst_detection(&o)
+        );
+    }
+    // Every TTL the config accepts gives options the control plane accepts.
+    for ttl in [300, 301, 499, 500, 999, 1_000, 1_999, 2_000, 60_000] {
+        let o = at(ttl);
+        o.validate().unwrap();
+        o.raft_config().unwrap();
+    }
+    // Before pacing, 500 ms did not fit: 675 ms against a 185 ms window.
+    assert!(worst_detection(&ControlOptions::new("d", "n1")) > Duration::from_millis(185));
+}
