@@ -48,6 +48,8 @@
 //! runs, and read them beside the load.
 
 mod common;
+#[path = "common/peers.rs"]
+mod peers;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -94,7 +96,7 @@ const KEEP: &[&str] = &[
 fn main() -> anyhow::Result<()> {
     let sections = env_list(
         "TENURE_BENCH",
-        &["failover", "handover", "traffic", "convergence"],
+        &["failover", "peers", "handover", "traffic", "convergence"],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
     let settle = Duration::from_millis(env_usize("TENURE_BENCH_SETTLE_MS", 0)? as u64);
@@ -103,10 +105,15 @@ fn main() -> anyhow::Result<()> {
     let heartbeat = build_heartbeat()?;
     let mut table = Table::default();
     let has = |s: &str| sections.iter().any(|x| x == s);
+    // Before anything runs: a missing tool should not cost the sections before it.
+    let peer_tools = has("peers").then(peers::Tools::find).transpose()?;
     if has("failover") {
         for ttl in [Duration::from_secs(2), Duration::from_millis(500)] {
             failover_section(&heartbeat, ttl, trials, settle, &mut table)?;
         }
+    }
+    if let Some(tools) = &peer_tools {
+        peers::peers_section(tools, trials, &mut table)?;
     }
     if has("handover") {
         handover_section(&heartbeat, trials, &mut table)?;
@@ -819,14 +826,7 @@ struct Cluster {
 impl Cluster {
     /// Makes the certificates and configs of `n` nodes on free loopback ports.
     fn new(n: usize, ttl: Duration) -> anyhow::Result<Cluster> {
-        let mut root = tempfile::Builder::new()
-            .prefix("tenure-bench-")
-            .tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/var/tmp".into()))
-            .context("creating the bench dir")?;
-        if std::env::var_os("TENURE_BENCH_KEEP").is_some() {
-            root.disable_cleanup(true);
-            println!("  (keeping {})", root.path().display());
-        }
+        let root = bench_dir("tenure-bench-")?;
         let ca = root.path().join("ca");
         let certs = root.path().join("certs");
         tenure_cmd(root.path(), &["certs", "init", "--out", path_str(&ca)?])?;
@@ -1333,6 +1333,20 @@ fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .context("not an HTTP answer")?;
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     Ok((status, body.to_string()))
+}
+
+/// A fresh dir under `TMPDIR` (default `/var/tmp`), removed on drop unless
+/// `TENURE_BENCH_KEEP` is set.
+fn bench_dir(prefix: &str) -> anyhow::Result<TempDir> {
+    let mut dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/var/tmp".into()))
+        .context("creating the bench dir")?;
+    if std::env::var_os("TENURE_BENCH_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        println!("  (keeping {})", dir.path().display());
+    }
+    Ok(dir)
 }
 
 fn free_udp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
