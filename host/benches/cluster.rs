@@ -3,8 +3,9 @@
 //!
 //! Run with `cargo bench -p tenure --bench cluster` from the workspace root (several
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
-//! `handover`, `traffic`, `convergence` (default: all); `TENURE_BENCH_TRIALS` sets the
-//! trials of failover and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
+//! `peers`, `handover`, `traffic`, `convergence` (default: all; `peers` needs
+//! `scripts/bench-peers-setup` run once); `TENURE_BENCH_TRIALS` sets the trials of
+//! failover, peers and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
 //! count of `convergence` (default 10000), `TENURE_BENCH_SETTLE_MS` a pause after the
 //! killed node is back before the next failover trial (default 0; 11000 lets the peers'
 //! dead connections to its previous run time out first). E.g.
@@ -22,6 +23,10 @@
 //!    killed node is restarted on its data dir, and the next trial waits until it has a
 //!    session again and every node is ready (`/readyz`). Trials where the owner was also
 //!    the Raft leader (an election comes first) are shown apart as well.
+//!    **Peers** (`common/peers.rs`, which says exactly what runs): the same experiment
+//!    against etcd (one server; and 3 members, one beside each contender) and ZooKeeper
+//!    (one server, kazoo), 3 contenders each, at the same TTLs where the peer allows
+//!    them: kill -9 of the lock holder → the next holder's acquisition.
 //! 2. **Handover** (3 nodes; target p99 ≤ 20 ms). `tenure move hb --to NODE` with the
 //!    operator certificate; timed: the predecessor's `plugin.cleanup` (written when
 //!    cleanup ended) → the successor's `plugin.started`, and the command → each.

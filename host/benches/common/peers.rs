@@ -207,8 +207,8 @@ impl Contenders {
         Ok(())
     }
 
-    /// Starts again any contender that exited by itself: `etcdctl lock` exits when the
-    /// session of a lock it holds expires (e.g. keep-alives starved on a loaded machine).
+    /// Starts again any contender that exited by itself (an error in etcdctl or kazoo):
+    /// counted with the lost sessions, and the experiment goes on.
     fn revive(&mut self, peer: &mut dyn Peer) -> anyhow::Result<()> {
         for i in 0..CONTENDERS {
             if let Err(e) = self.procs[i].check_running() {
@@ -237,10 +237,11 @@ impl Contenders {
                 .sum::<usize>()
     }
 
-    /// Waits until all are queued at the server. A waiter whose session lapsed (its
-    /// keep-alives failed through an election on a loaded machine) waits on without a
-    /// place in the queue (`etcdctl lock` only watches its session once it holds the
-    /// lock), so after a while every contender but the holder is restarted, once.
+    /// Waits until all are queued at the server. A waiter whose session lapsed (seen with
+    /// etcd's 3 members on a loaded machine, after the leader's machine was killed)
+    /// waits on without a place in the queue (`etcdctl lock` does not watch its session
+    /// while it waits, nor while the command it runs as holder does), so after a while
+    /// every contender but the holder is restarted, once.
     fn wait_queued(&mut self, peer: &mut dyn Peer, ttl: Duration) -> anyhow::Result<()> {
         let bound = ttl * 3 + Duration::from_secs(10);
         for attempt in 0..2 {
