@@ -8,7 +8,8 @@
 //! child) and times the wall clock taken just before the signal → the next holder's
 //! `acquired <µs since the epoch>` line, which the contender writes with the machine's
 //! wall clock, the clock of Tenure's event timestamps. The killed contender is started
-//! again, and the next trial waits until three are queued at the server.
+//! again, and the next trial waits until three are queued at the server, then a random
+//! part of a TTL (so the kill falls at a random point of the holder's renewals).
 //!
 //! - **etcd, one server**: `etcdctl lock --ttl N bench -- sh -c 'echo acquired …; exec
 //!   sleep …'`. etcd lease TTLs are whole seconds, and a server raises a TTL below its
@@ -51,6 +52,11 @@ const LOCK: &str = "bench";
 const ELECTION: &str = "/bench/election";
 /// ZooKeeper's tick: sessions may be 2 to 20 ticks long.
 const ZK_TICK: Duration = Duration::from_millis(250);
+/// How often a server is asked something while waiting. Each etcd question is an
+/// `etcdctl` process: started every `POLL`, they would load the machine the contenders'
+/// keep-alives and the servers run on. Figures come from the contenders' timestamps, so
+/// this only bounds how soon the next step starts.
+const ASK_EVERY: Duration = Duration::from_millis(250);
 /// The kazoo contender, written into the bench dir.
 const KAZOO_CONTENDER: &str = include_str!("kazoo_contender.py");
 
@@ -117,14 +123,15 @@ fn trials_of(
         contenders
             .wait_queued(peer, ttl)
             .with_context(|| format!("{label}, trial {}", trial + 1))?;
-        let holder = wait_until("a holder", WAIT, || {
+        thread::sleep(random_phase(ttl)?);
+        let holder = wait_until("a holder", WAIT, POLL, || {
             contenders.revive(peer)?;
             Ok(contenders.holder())
         })?;
         let leads = peer.leads(holder)?;
         let killed_us = system_us(contenders.procs[holder].kill());
         peer.kill_machine(holder);
-        let (next, at) = wait_until("the next holder", ttl * 5 + WAIT, || {
+        let (next, at) = wait_until("the next holder", ttl * 5 + WAIT, POLL, || {
             contenders.revive(peer)?;
             Ok((0..CONTENDERS).find_map(|i| {
                 let at = contenders.procs[i].last_acquired()?;
@@ -256,7 +263,7 @@ impl Contenders {
                 if Instant::now() >= deadline {
                     break;
                 }
-                thread::sleep(POLL);
+                thread::sleep(ASK_EVERY);
             }
             ensure!(
                 attempt == 0,
@@ -275,10 +282,24 @@ impl Contenders {
     }
 }
 
-/// Polls `probe` every `POLL` until it returns a value, for up to `bound`.
+/// A random pause in [0, `ttl`) before a kill, so that it falls at a random point of the
+/// holder's renewal cycle. Without it the trials keep a rhythm of their own (each begins
+/// as soon as the last successor is in and the killed contender queued again) and can
+/// hit one phase again and again: etcd's single server took either 1929–1953 ms or
+/// 2435–2479 ms in 38 of 40 trials over two runs, and mostly 1687–1724 ms (median 1720)
+/// in a run where only how often the bench polls had changed.
+fn random_phase(ttl: Duration) -> anyhow::Result<Duration> {
+    let mut bytes = [0u8; 4];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| anyhow::anyhow!("no random bytes from the system"))?;
+    Ok(ttl.mul_f64(f64::from(u32::from_le_bytes(bytes)) / 2f64.powi(32)))
+}
+
+/// Polls `probe` every `every` until it returns a value, for up to `bound`.
 fn wait_until<T>(
     what: &str,
     bound: Duration,
+    every: Duration,
     mut probe: impl FnMut() -> anyhow::Result<Option<T>>,
 ) -> anyhow::Result<T> {
     let deadline = Instant::now() + bound;
@@ -290,7 +311,7 @@ fn wait_until<T>(
             Instant::now() < deadline,
             "timed out after {bound:?} waiting for {what}"
         );
-        thread::sleep(POLL);
+        thread::sleep(every);
     }
 }
 
@@ -571,7 +592,7 @@ impl Etcd {
     }
 
     fn wait_healthy(&mut self, m: usize) -> anyhow::Result<()> {
-        wait_until(&format!("etcd m{} healthy", m + 1), WAIT, || {
+        wait_until(&format!("etcd m{} healthy", m + 1), WAIT, ASK_EVERY, || {
             Ok(self.ask(m, &["endpoint", "health"])?.map(|_| ()))
         })
     }
@@ -713,7 +734,7 @@ impl Zookeeper {
             unchecked: true,
             server,
         };
-        wait_until("ZooKeeper to answer ruok", WAIT, || {
+        wait_until("ZooKeeper to answer ruok", WAIT, ASK_EVERY, || {
             zookeeper.server.check_running()?;
             Ok(zookeeper
                 .four_letters("ruok")
