@@ -286,7 +286,7 @@ impl Contenders {
 /// holder's renewal cycle. Without it the trials keep a rhythm of their own (each begins
 /// as soon as the last successor is in and the killed contender queued again) and can
 /// hit one phase again and again: etcd's single server took either 1929–1953 ms or
-/// 2435–2479 ms in 38 of 40 trials over two runs, and mostly 1687–1724 ms (median 1720)
+/// 2435–2479 ms in 37 of 40 trials over two runs, and mostly 1687–1724 ms (median 1720)
 /// in a run where only how often the bench polls had changed.
 fn random_phase(ttl: Duration) -> anyhow::Result<Duration> {
     let mut bytes = [0u8; 4];
