@@ -60,12 +60,15 @@ const ASK_EVERY: Duration = Duration::from_millis(250);
 /// The kazoo contender, written into the bench dir.
 const KAZOO_CONTENDER: &str = include_str!("kazoo_contender.py");
 
+/// Runs every experiment at Tenure's two TTLs (where the peer allows it) and adds the
+/// figures to the bench's table.
 pub fn peers_section(tools: &Tools, trials: usize, table: &mut Table) -> anyhow::Result<()> {
     println!(
         "\n== peers: etcd and ZooKeeper, kill -9 of the holder → next holder's acquisition (3 contenders) =="
     );
     for ttl in [Duration::from_secs(2), Duration::from_millis(500)] {
         let ttl_ms = ttl.as_millis();
+        // etcd leases take whole seconds only.
         if ttl.subsec_nanos() == 0 {
             let mut etcd = EtcdOne::start(tools, ttl)?;
             trials_of(
