@@ -3,8 +3,9 @@
 //!
 //! Run with `cargo bench -p tenure --bench cluster` from the workspace root (several
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
-//! `handover`, `traffic`, `convergence` (default: all); `TENURE_BENCH_TRIALS` sets the
-//! trials of failover and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
+//! `peers`, `handover`, `traffic`, `convergence` (default: all; `peers` needs
+//! `scripts/bench-peers-setup` run once); `TENURE_BENCH_TRIALS` sets the trials of
+//! failover, peers and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
 //! count of `convergence` (default 10000), `TENURE_BENCH_SETTLE_MS` a pause after the
 //! killed node is back before the next failover trial (default 0; 11000 lets the peers'
 //! dead connections to its previous run time out first). E.g.
@@ -22,6 +23,10 @@
 //!    killed node is restarted on its data dir, and the next trial waits until it has a
 //!    session again and every node is ready (`/readyz`). Trials where the owner was also
 //!    the Raft leader (an election comes first) are shown apart as well.
+//!    **Peers** (`common/peers.rs`, which says exactly what runs): the same experiment
+//!    against etcd (one server; and 3 members, one beside each contender) and ZooKeeper
+//!    (one server, kazoo), 3 contenders each, at the same TTLs where the peer allows
+//!    them: kill -9 of the lock holder → the next holder's acquisition.
 //! 2. **Handover** (3 nodes; target p99 ≤ 20 ms). `tenure move hb --to NODE` with the
 //!    operator certificate; timed: the predecessor's `plugin.cleanup` (written when
 //!    cleanup ended) → the successor's `plugin.started`, and the command → each.
@@ -49,6 +54,8 @@
 //! runs, and read them beside the load.
 
 mod common;
+#[path = "common/peers.rs"]
+mod peers;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -95,7 +102,7 @@ const KEEP: &[&str] = &[
 fn main() -> anyhow::Result<()> {
     let sections = env_list(
         "TENURE_BENCH",
-        &["failover", "handover", "traffic", "convergence"],
+        &["failover", "peers", "handover", "traffic", "convergence"],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
     let settle = Duration::from_millis(env_usize("TENURE_BENCH_SETTLE_MS", 0)? as u64);
@@ -104,10 +111,15 @@ fn main() -> anyhow::Result<()> {
     let heartbeat = build_heartbeat()?;
     let mut table = Table::default();
     let has = |s: &str| sections.iter().any(|x| x == s);
+    // Before anything runs: a missing tool should not cost the sections before it.
+    let peer_tools = has("peers").then(peers::Tools::find).transpose()?;
     if has("failover") {
         for ttl in env_list_ms("TENURE_BENCH_TTLS_MS", &[2000, 500])? {
             failover_section(&heartbeat, ttl, trials, settle, &mut table)?;
         }
+    }
+    if let Some(tools) = &peer_tools {
+        peers::peers_section(tools, trials, &mut table)?;
     }
     if has("handover") {
         handover_section(&heartbeat, trials, &mut table)?;
@@ -838,14 +850,7 @@ struct Cluster {
 impl Cluster {
     /// Makes the certificates and configs of `n` nodes on free loopback ports.
     fn new(n: usize, ttl: Duration) -> anyhow::Result<Cluster> {
-        let mut root = tempfile::Builder::new()
-            .prefix("tenure-bench-")
-            .tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/var/tmp".into()))
-            .context("creating the bench dir")?;
-        if std::env::var_os("TENURE_BENCH_KEEP").is_some() {
-            root.disable_cleanup(true);
-            println!("  (keeping {})", root.path().display());
-        }
+        let root = bench_dir("tenure-bench-")?;
         let ca = root.path().join("ca");
         let certs = root.path().join("certs");
         tenure_cmd(root.path(), &["certs", "init", "--out", path_str(&ca)?])?;
@@ -1352,6 +1357,20 @@ fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .context("not an HTTP answer")?;
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     Ok((status, body.to_string()))
+}
+
+/// A fresh dir under `TMPDIR` (default `/var/tmp`), removed on drop unless
+/// `TENURE_BENCH_KEEP` is set.
+fn bench_dir(prefix: &str) -> anyhow::Result<TempDir> {
+    let mut dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/var/tmp".into()))
+        .context("creating the bench dir")?;
+    if std::env::var_os("TENURE_BENCH_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        println!("  (keeping {})", dir.path().display());
+    }
+    Ok(dir)
 }
 
 fn free_udp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
