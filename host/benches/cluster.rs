@@ -19,7 +19,8 @@
 //!
 //! 1. **Failover** (3 nodes; TTL 2 s and 500 ms; target p99 ≤ TTL + 150 ms). A `heartbeat`
 //!    resource with one ticket; each trial kills its owner with SIGKILL and times the
-//!    wall clock taken just before the signal → the successor's `plugin.started`. The
+//!    wall clock taken just before the signal → the successor's `plugin.started`, after a
+//!    random pause of up to a TTL (so the kill falls at a random point of the renewals). The
 //!    killed node is restarted on its data dir, and the next trial waits until it has a
 //!    session again and every node is ready (`/readyz`). Trials where the owner was also
 //!    the Raft leader (an election comes first) are shown apart as well.
@@ -222,6 +223,8 @@ fn failover_section(
     for trial in 0..trials {
         cluster.wait_ready(WAIT)?;
         let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
+        // As for the peers: the kill falls at a random point of the owner's renewals.
+        thread::sleep(peers::random_phase(ttl)?);
         let was_leader = cluster.is_leader(owner)?;
         let killed_at = cluster.kill(owner);
         let killed_us = system_us(killed_at);

@@ -291,7 +291,7 @@ impl Contenders {
 /// hit one phase again and again: etcd's single server took either 1929–1953 ms or
 /// 2435–2479 ms in 37 of 40 trials over two runs, and mostly 1687–1724 ms (median 1720)
 /// in a run where only how often the bench polls had changed.
-fn random_phase(ttl: Duration) -> anyhow::Result<Duration> {
+pub fn random_phase(ttl: Duration) -> anyhow::Result<Duration> {
     let mut bytes = [0u8; 4];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
         .map_err(|_| anyhow::anyhow!("no random bytes from the system"))?;
