@@ -384,3 +384,38 @@ fn a_compiler_process_dies_with_a_node_killed_during_the_compile() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The compiler process refuses to run for a node that is not its parent (the node died
+/// before the child asked to die with it: the death signal would never come), or when
+/// no node handed it a pid at all; it writes nothing either way.
+#[test]
+fn a_compiler_process_whose_node_is_gone_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("entry.cwasm");
+    let run = |parent: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command
+            .arg("__compile")
+            .arg(&out)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(pid) = parent {
+            command.env("TENURE_COMPILE_PARENT", pid);
+        }
+        let output = command.output().expect("running tenure __compile");
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    // Pid 1 is never this test: as if the node had died and the child been adopted.
+    let (status, stderr) = run(Some("1"));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is gone"), "{stderr}");
+    let (status, stderr) = run(None);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("run by the node only"), "{stderr}");
+    assert!(!out.exists(), "nothing is written");
+}

@@ -235,9 +235,11 @@ fn die_with_parent() -> Result<(), String> {
         .ok_or_else(|| {
             format!("{PARENT_ENV} holds no pid: this subcommand is run by the node only")
         })?;
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number and changes only this process's
-    // death signal.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+    // SAFETY: PR_SET_PDEATHSIG reads one unsigned long, the signal, and changes only
+    // this process's death signal. (Passed as a c_ulong: the kernel reads a whole
+    // register, and an int's upper half is unspecified in a variadic call.)
+    let signal = libc::SIGKILL as libc::c_ulong;
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal) } != 0 {
         return Err(format!(
             "cannot ask to die with the node: {}",
             std::io::Error::last_os_error()
