@@ -5,6 +5,7 @@
 //!   they finish compiling: each plugin starts as soon as its own version is ready; a
 //!   second file with the same wasm shares the first one's compile and component.
 //! - SIGTERM during a compile exits without waiting for it and leaves no cache entry.
+//! - A node SIGKILLed during a compile takes its compiler process with it.
 //! - The compiler's memory does not stay in the node.
 //! - A manifest memory limit below the component's initial memory is refused at load.
 //! - `tenure plugin check` reports size, imports, footprint, compile time and a limit.
@@ -275,4 +276,146 @@ fn plugin_check_reports_size_imports_footprint_compile_time_and_a_limit() {
         compiled.contains(" once,"),
         "the check compiles once:\n{stdout}"
     );
+}
+
+/// The pids of the running processes whose command line holds `needle` (a /proc scan).
+/// A zombie (exited, not yet reaped by whoever adopted it) has an empty command line, so
+/// it is not counted: it holds no memory and burns no CPU.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(needle))
+        })
+        .collect()
+}
+
+/// How many bytes process `pid` has read so far (`rchar` in /proc/PID/io; 0 once gone).
+fn bytes_read(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("rchar:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A node SIGKILLed during a compile cannot kill its compiler process (`kill_on_drop`
+/// never runs): the child must notice and die by itself, not compile on for minutes with
+/// up to 4 GiB.
+#[test]
+fn a_compiler_process_dies_with_a_node_killed_during_the_compile() {
+    let poly = polyglot_plugins();
+    let mut node = Node::new("orphan");
+    install(
+        &node,
+        "counter-py",
+        &std::fs::read(&poly.counter_py).unwrap(),
+        "",
+    );
+    node.spawn();
+    node.wait_for(
+        "the compile to begin",
+        is("plugin.compiling").with("plugin", "counter-py").f(),
+        WAIT,
+    );
+    // The child's command line is `tenure __compile <data dir>/cache/<digest>`: the data
+    // dir is this test's own, so no other test's compiler matches.
+    let needle = node.data_dir().join("cache").display().to_string();
+    let found = std::time::Instant::now() + WAIT;
+    let children = loop {
+        let pids = processes_with(&needle);
+        if !pids.is_empty() {
+            break pids;
+        }
+        assert!(
+            std::time::Instant::now() < found,
+            "no compiler process with {needle} in its command line\n{}",
+            node.tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Killed while the node still feeds it the wasm, the child would read a truncated
+    // input and fail by itself: wait until it has read the key and all of the wasm, and
+    // so compiles (`rchar` counts every byte its reads returned).
+    let wasm_len = std::fs::metadata(&poly.counter_py).unwrap().len();
+    let fed = std::time::Instant::now() + COMPILE_WAIT;
+    while children.iter().map(|pid| bytes_read(*pid)).max() < Some(32 + wasm_len) {
+        assert!(
+            std::time::Instant::now() < fed,
+            "the compiler process never read its input\n{}",
+            node.tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !node.events().iter().any(loaded("counter-py")),
+        "the compile ended before the node could be killed: the test proves nothing"
+    );
+    node.kill();
+    let killed = std::time::Instant::now();
+    // Generous: the child only has to notice; a Python compile alone takes seconds.
+    let gone = killed + Duration::from_secs(30);
+    loop {
+        let left = processes_with(&needle);
+        if left.is_empty() {
+            eprintln!(
+                "[orphan] the compiler process was gone {:?} after the node's SIGKILL",
+                killed.elapsed()
+            );
+            break;
+        }
+        if std::time::Instant::now() > gone {
+            for pid in &left {
+                // SAFETY: kill only sends a signal; these are the orphans this test made.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            }
+            panic!(
+                "the compiler process {left:?} (was {children:?}) still ran 30 s after its \
+                 node was killed"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The compiler process refuses to run for a node that is not its parent (the node died
+/// before the child asked to die with it: the death signal would never come), or when
+/// no node handed it a pid at all; it writes nothing either way.
+#[test]
+fn a_compiler_process_whose_node_is_gone_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("entry.cwasm");
+    let run = |parent: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command
+            .arg("__compile")
+            .arg(&out)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(pid) = parent {
+            command.env("TENURE_COMPILE_PARENT", pid);
+        }
+        let output = command.output().expect("running tenure __compile");
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    // Pid 1 is never this test: as if the node had died and the child been adopted.
+    let (status, stderr) = run(Some("1"));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is gone"), "{stderr}");
+    let (status, stderr) = run(None);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("run by the node only"), "{stderr}");
+    assert!(!out.exists(), "nothing is written");
 }

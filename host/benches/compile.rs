@@ -13,7 +13,18 @@
 //!    hit), and the VmRSS with the one plugin running.
 //! 3. **Ten plugins**: ten files of the same wasm (ten resources) on the warm cache: the
 //!    VmRSS with all ten running; (rss10 - rss1) / 9 is the resident cost of one more
-//!    running instance.
+//!    running instance. The same wasm, not ten different plugins: the node shares one
+//!    compiled component between files with the same digest, so this isolates what a
+//!    running instance costs (ten different components would each add their code, about
+//!    what one costs after its compile, on top).
+//! 4. **In process** (this benchmark's own process, with the node's runtime: pooling
+//!    allocator, compile cache): `Runtime::load` on a cache miss and a hit; then
+//!    [`INSTANCE_ROUNDS`] times, instantiate → the plugin's `start` waiting for the first
+//!    time (its own start-up work done: for the counters, a `state.load`, a
+//!    `state.save`, a log line; the state backend holds nothing); then [`IDLE`] instances
+//!    parked at once, the growth of VmRSS and of RssAnon (the process's own written
+//!    pages; VmRSS also counts, once per instance, the pages of the component's memory
+//!    image that an instance maps copy-on-write but never writes) divided by [`IDLE`].
 //!
 //! Then, once each: a folder with `heartbeat` and the cold Python and JavaScript
 //! plugins (spawn → heartbeat's `plugin.started`, and → each `plugin.loaded`), and a
@@ -27,18 +38,29 @@
     reason = "the shared helpers include some this bench does not use"
 )]
 mod common;
+#[allow(
+    dead_code,
+    reason = "the shared helpers include some this bench does not use"
+)]
+#[path = "common/plugins.rs"]
+mod plugins;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use common::{Summary, millis, print_machine};
+use common::{Summary, micros, millis, print_machine};
+use plugins::{
+    NoState, build_rust, build_script, context, mib, request_stop, rss_bytes, target_dir,
+};
 use serde_json::Value;
 use tempfile::TempDir;
+use tenure::runtime::{CacheUse, Runtime, StateBackend};
 
 /// Runs of each measurement per language.
 const RUNS: usize = 3;
@@ -46,20 +68,36 @@ const RUNS: usize = 3;
 const MANY: usize = 10;
 /// The bound on any wait (a cold compile on a busy machine included).
 const WAIT: Duration = Duration::from_secs(240);
+/// Instantiate+start rounds measured per language, after [`INSTANCE_WARMUP`].
+const INSTANCE_ROUNDS: usize = 100;
+const INSTANCE_WARMUP: usize = 5;
+/// Idle instances running at once for the resident-memory figure, and how often.
+const IDLE: usize = 10;
+const IDLE_REPEATS: usize = 3;
+/// Every in-process instance's linear-memory cap (the Python component starts at
+/// about 12 MiB).
+const MEMORY_LIMIT: usize = 256 << 20;
 
 fn main() -> anyhow::Result<()> {
     print_machine("before");
     let target = target_dir()?;
     let languages = [
-        ("rust (heartbeat)", build_heartbeat(&target)?),
+        (
+            "rust (heartbeat)",
+            build_rust(&target, &["heartbeat"])?.remove(0),
+        ),
         ("python (counter-py)", build_script(&target, "counter-py")?),
         (
             "javascript (counter-js)",
             build_script(&target, "counter-js")?,
         ),
     ];
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     for (language, wasm) in &languages {
         language_section(language, wasm)?;
+        instance_section(&tokio, language, wasm)?;
     }
     mixed_section(&languages[0].1, &languages[1].1, &languages[2].1)?;
     sigterm_section(&languages[1].1)?;
@@ -70,11 +108,12 @@ fn main() -> anyhow::Result<()> {
 fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
     let size = std::fs::metadata(wasm)?.len();
     println!(
-        "\n== {language}: {:.1} MiB component ==",
+        "\n== {language}: {:.2} MiB ({size} bytes) component ==",
         size as f64 / (1 << 20) as f64
     );
     let (mut cold, mut cold_rss, mut hit, mut warm_rss, mut many_rss, mut per) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut warm_anon, mut many_anon, mut per_anon) = (vec![], vec![], vec![]);
     for _ in 0..RUNS {
         let dirs = Dirs::new()?;
         dirs.install("p0", wasm)?;
@@ -92,7 +131,9 @@ fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
         hit.push(loaded["load_us"].as_f64().unwrap_or_default() / 1000.0);
         node.wait(|e| is(e, "plugin.started"))?;
         let one = node.rss_mib()?;
+        let one_anon = node.status_mib("RssAnon")?;
         warm_rss.push(one);
+        warm_anon.push(one_anon);
         node.stop()?;
 
         for i in 1..MANY {
@@ -105,8 +146,11 @@ fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
             started += 1;
         }
         let ten = node.rss_mib()?;
+        let ten_anon = node.status_mib("RssAnon")?;
         many_rss.push(ten);
+        many_anon.push(ten_anon);
         per.push((ten - one) / (MANY - 1) as f64);
+        per_anon.push((ten_anon - one_anon) / (MANY - 1) as f64);
         node.stop()?;
     }
     let row = |what: &str, values: Vec<f64>, unit: &str| {
@@ -126,7 +170,156 @@ fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
         "MiB",
     );
     row("VmRSS per further running instance", per, "MiB");
+    row("node RssAnon, 1 plugin running, warm", warm_anon, "MiB");
+    row(
+        &format!("node RssAnon, {MANY} plugins running, warm"),
+        many_anon,
+        "MiB",
+    );
+    row("RssAnon per further running instance", per_anon, "MiB");
     Ok(())
+}
+
+/// In this process, with the node's runtime (pooling allocator, compile cache): the
+/// in-process compile and cache hit, then instantiate → `start` waiting for the first
+/// time ([`INSTANCE_ROUNDS`] rounds, each a fresh instance asked to stop once parked),
+/// then [`IDLE`] instances parked at once: RSS growth / [`IDLE`].
+fn instance_section(
+    tokio: &tokio::runtime::Runtime,
+    language: &str,
+    wasm: &Path,
+) -> anyhow::Result<()> {
+    println!("-- {language}, in process --");
+    let bytes = std::fs::read(wasm)?;
+    let scratch = TempDir::new()?;
+    let runtime = Runtime::new(Some(&scratch.path().join("cache")))?;
+    let began = Instant::now();
+    let plugin = runtime.load(&bytes)?;
+    let miss = millis(began.elapsed());
+    ensure!(plugin.cache == CacheUse::Miss, "an empty cache hit");
+    drop(plugin);
+    let began = Instant::now();
+    let plugin = Arc::new(runtime.load(&bytes)?);
+    let hit = millis(began.elapsed());
+    ensure!(plugin.cache == CacheUse::Hit, "a filled cache missed");
+    println!(
+        "{:<44} {miss:.0} ms (N = 1)",
+        "Runtime::load, cache miss (compile here)"
+    );
+    println!("{:<44} {hit:.1} ms (N = 1)", "Runtime::load, cache hit");
+    println!(
+        "{:<44} {} memories, {} tables, initial memory {:.1} MiB",
+        "footprint",
+        plugin.footprint.memories,
+        plugin.footprint.tables,
+        mib(plugin.footprint.initial_memory)
+    );
+    let state: Arc<dyn StateBackend> = Arc::new(NoState);
+    let (instantiate, started) = tokio.block_on(time_parks(&plugin, &state))?;
+    println!(
+        "{:<44} {}",
+        "instantiate",
+        Summary::of(instantiate).describe("ms", 2)
+    );
+    println!(
+        "{:<44} {}",
+        "instantiate + start (until it first waits)",
+        Summary::of(started).describe("ms", 2)
+    );
+    let (mut rss, mut anon) = (Vec::new(), Vec::new());
+    for _ in 0..IDLE_REPEATS {
+        let (r, a) = tokio.block_on(idle_cost(&plugin, &state))?;
+        rss.push(r);
+        anon.push(a);
+    }
+    println!(
+        "{:<44} {}",
+        format!("VmRSS per idle instance ({IDLE} at once)"),
+        Summary::of(rss).describe("KiB", 0)
+    );
+    println!(
+        "{:<44} {}",
+        format!("RssAnon per idle instance ({IDLE} at once)"),
+        Summary::of(anon).describe("KiB", 0)
+    );
+    Ok(())
+}
+
+/// Instantiates and starts `plugin` [`INSTANCE_WARMUP`] + [`INSTANCE_ROUNDS`] times, one
+/// at a time, stopping each once it waits; the instantiate and the instantiate+start
+/// times of the measured rounds (ms).
+async fn time_parks(
+    plugin: &Arc<tenure::runtime::Plugin>,
+    state: &Arc<dyn StateBackend>,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let (mut instantiate, mut started) = (Vec::new(), Vec::new());
+    for round in 0..INSTANCE_WARMUP + INSTANCE_ROUNDS {
+        let ctx = context("bench", "bench", round as u64 + 1, state, MEMORY_LIMIT);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // On a worker thread, where the node runs plugins.
+        let task = tokio::spawn(plugins::run_until_stopped(
+            plugin.clone(),
+            ctx.clone(),
+            move |i, s| {
+                let _ = tx.send((i, s));
+            },
+        ));
+        let parked = tokio::time::timeout(WAIT, rx).await;
+        request_stop(&ctx);
+        let returned = task.await.context("the instance task panicked")?;
+        plugins::ensure_stopped_cleanly(&returned)?;
+        let (i, s) = parked
+            .context("the plugin never waited")?
+            .context("the plugin ended before it waited")?;
+        if round >= INSTANCE_WARMUP {
+            instantiate.push(micros(i) / 1000.0);
+            started.push(micros(s) / 1000.0);
+        }
+    }
+    Ok((instantiate, started))
+}
+
+/// Runs [`IDLE`] instances until all wait in `start`; the growth of this process's
+/// VmRSS and RssAnon per instance (KiB). Then stops them.
+async fn idle_cost(
+    plugin: &Arc<tenure::runtime::Plugin>,
+    state: &Arc<dyn StateBackend>,
+) -> anyhow::Result<(f64, f64)> {
+    plugins::trim_heap();
+    let before = rss_bytes()?;
+    let anon_before = plugins::anon_bytes()?;
+    let mut running = Vec::new();
+    let mut parked = Vec::new();
+    for i in 0..IDLE {
+        let ctx = context("bench", "bench", i as u64 + 1, state, MEMORY_LIMIT);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(plugins::run_until_stopped(
+            plugin.clone(),
+            ctx.clone(),
+            move |_, _| {
+                let _ = tx.send(());
+            },
+        ));
+        running.push((ctx, task));
+        parked.push(rx);
+    }
+    for rx in parked {
+        tokio::time::timeout(WAIT, rx)
+            .await
+            .context("an idle instance never waited")?
+            .context("an idle instance ended before it waited")?;
+    }
+    let after = plugins::settled_rss().await?;
+    let anon_after = plugins::anon_bytes()?;
+    for (ctx, _) in &running {
+        request_stop(ctx);
+    }
+    for (_, task) in running {
+        let returned = task.await.context("an idle task panicked")?;
+        plugins::ensure_stopped_cleanly(&returned)?;
+    }
+    let per = |b: u64, a: u64| a.saturating_sub(b) as f64 / 1024.0 / IDLE as f64;
+    Ok((per(before, after), per(anon_before, anon_after)))
 }
 
 fn mixed_section(heartbeat: &Path, python: &Path, javascript: &Path) -> anyhow::Result<()> {
@@ -286,12 +479,17 @@ impl NodeProcess {
     }
 
     fn rss_mib(&self) -> anyhow::Result<f64> {
+        self.status_mib("VmRSS")
+    }
+
+    /// A memory line of the node's /proc/PID/status (`VmRSS`, `RssAnon`...), in MiB.
+    fn status_mib(&self, field: &str) -> anyhow::Result<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
         let kib: f64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS")?;
+            .with_context(|| format!("no {field} line"))?;
         Ok(kib / 1024.0)
     }
 
@@ -326,40 +524,4 @@ impl Drop for NodeProcess {
             let _ = self.child.wait();
         }
     }
-}
-
-/// The target dir: this benchmark runs as `<target>/<profile>/deps/<bench>`.
-fn target_dir() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    exe.ancestors()
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .map(Path::to_path_buf)
-        .context("no target dir above the benchmark")
-}
-
-fn build_heartbeat(target: &Path) -> anyhow::Result<PathBuf> {
-    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(&cargo)
-        .args(["build", "--target", "wasm32-wasip2", "--profile", "plugin"])
-        .args(["-p", "heartbeat"])
-        .current_dir(workspace)
-        .env("CARGO_TARGET_DIR", target)
-        .stdin(Stdio::null())
-        .status()?;
-    ensure!(status.success(), "building heartbeat failed");
-    Ok(target.join("wasm32-wasip2/plugin/heartbeat.wasm"))
-}
-
-fn build_script(target: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let out = target.join("polyglot").join(format!("{name}.wasm"));
-    std::fs::create_dir_all(out.parent().context("no parent")?)?;
-    let status = Command::new("bash")
-        .arg(workspace.join("plugins").join(name).join("build.sh"))
-        .arg(&out)
-        .stdin(Stdio::null())
-        .status()?;
-    ensure!(status.success(), "plugins/{name}/build.sh failed");
-    Ok(out)
 }

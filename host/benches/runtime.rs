@@ -31,8 +31,15 @@
 //! Figures from a small, shared machine are noisy: compare medians across runs.
 
 mod common;
+#[allow(
+    dead_code,
+    reason = "the shared helpers include some this bench does not use"
+)]
+#[path = "common/plugins.rs"]
+mod plugins;
 
 use common::{Summary, micros, millis, print_machine};
+use plugins::{NoState, context, mib, rss_bytes, settled_rss, target_dir, trim_heap};
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -45,11 +52,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use tempfile::TempDir;
-use tenure::ownership::Grant;
-use tenure::runtime::{
-    BoxFuture, CacheUse, Failure, InstanceContext, NodeLease, Plugin, Runtime, StateBackend,
-    StateError,
-};
+use tenure::runtime::{CacheUse, Failure, InstanceContext, Plugin, Runtime, StateBackend};
 use tokio::task::JoinHandle;
 
 /// Instantiate+start rounds measured, after the warm-up.
@@ -74,12 +77,6 @@ const MEMORY_LIMIT: usize = 64 << 20;
 /// The bound on any wait for something that should happen (tasks parking, a node
 /// starting or stopping); reaching it is an error, not a figure.
 const WAIT: Duration = Duration::from_secs(60);
-/// RSS is taken once two readings this far apart differ by at most [`RSS_STABLE`].
-const RSS_SAMPLE: Duration = Duration::from_millis(100);
-const RSS_STABLE: u64 = 64 << 10;
-/// The most RSS readings taken while waiting for it to settle.
-const RSS_MAX_SAMPLES: usize = 30;
-
 fn main() -> anyhow::Result<()> {
     print_machine("before");
     let wasm = build_plugins()?;
@@ -103,19 +100,6 @@ fn main() -> anyhow::Result<()> {
     print_machine("after");
     table.print();
     Ok(())
-}
-
-/// The plugins measured here never touch `state`: instances get a backend that holds
-/// nothing, so the figures are the runtime's alone.
-struct NoState;
-
-impl StateBackend for NoState {
-    fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
-        Box::pin(async { Ok(None) })
-    }
-    fn save(&self, _: &Grant, _: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
-        Box::pin(async { Ok(()) })
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -166,55 +150,6 @@ fn build_plugins() -> anyhow::Result<Wasm> {
     })
 }
 
-/// The target dir: this benchmark runs as `<target>/[<triple>/]<profile>/deps/<bench>`,
-/// and cargo marks `<target>` with a `CACHEDIR.TAG` file.
-fn target_dir() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("the benchmark's own path")?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("the benchmark is not in <target>/<profile>/deps")?;
-    profile_dir
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .or(profile_dir.parent())
-        .map(Path::to_path_buf)
-        .context("no target dir above the benchmark")
-}
-
-/// A context for one instance of `plugin`, granted `resource` slot 0 with `token`.
-fn context(
-    plugin: &str,
-    resource: &str,
-    token: u64,
-    state: &Arc<dyn StateBackend>,
-) -> Arc<InstanceContext> {
-    let grant = Grant {
-        resource: resource.to_string(),
-        slot: 0,
-        node: "bench".to_string(),
-        token,
-        term: 0,
-        session: 1,
-    };
-    // A lease that holds for the whole run, enforced as on a node (the engine checks it
-    // at every epoch tick).
-    let lease = Arc::new(NodeLease::new(true));
-    lease.publish(
-        Some(1),
-        Some(Instant::now() + Duration::from_secs(24 * 3600)),
-    );
-    Arc::new(InstanceContext::new(
-        plugin.to_string(),
-        grant,
-        lease,
-        state.clone(),
-        MEMORY_LIMIT,
-    ))
-}
-
 // ---------------------------------------------------------------------------------------
 // 1. Instantiate + start latency
 // ---------------------------------------------------------------------------------------
@@ -261,7 +196,13 @@ async fn time_starts(
     let mut instantiate = Vec::with_capacity(LATENCY_ITERATIONS);
     let mut total = Vec::with_capacity(LATENCY_ITERATIONS);
     for round in 0..LATENCY_WARMUP + LATENCY_ITERATIONS {
-        let ctx = context("misbehave", "returns", round as u64 + 1, state);
+        let ctx = context(
+            "misbehave",
+            "returns",
+            round as u64 + 1,
+            state,
+            MEMORY_LIMIT,
+        );
         let began = Instant::now();
         let mut instance = plugin.instantiate(ctx).await.map_err(failed)?;
         let instantiated = Instant::now();
@@ -303,7 +244,7 @@ async fn outbound_section(state: &Arc<dyn StateBackend>, table: &mut Table) -> a
     };
     let granted = Arc::new(Granted::new(&capabilities, &Secrets::default()));
     let ctx = Arc::new(
-        Arc::into_inner(context("bench", "outbound", 1, state))
+        Arc::into_inner(context("bench", "outbound", 1, state, MEMORY_LIMIT))
             .context("the context is shared")?
             .with_granted(granted),
     );
@@ -455,7 +396,7 @@ async fn idle_rss(
     trim_heap();
     let before = rss_bytes()?;
     for i in 0..k {
-        let ctx = context("heartbeat", "heartbeat", i as u64 + 1, state);
+        let ctx = context("heartbeat", "heartbeat", i as u64 + 1, state, MEMORY_LIMIT);
         let task = tokio::spawn(run_idle(plugin.clone(), ctx.clone(), parked.clone()));
         fleet.0.push((ctx, task));
     }
@@ -463,10 +404,6 @@ async fn idle_rss(
     let after = settled_rss().await?;
     fleet.stop().await?;
     Ok((before, after))
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Instantiates the plugin and runs `start`, counting in `parked` the first time the
@@ -540,49 +477,6 @@ async fn wait_parked(fleet: &Fleet, parked: &AtomicUsize, k: usize) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
-}
-
-/// The RSS once two readings [`RSS_SAMPLE`] apart agree within [`RSS_STABLE`] (or the
-/// last of [`RSS_MAX_SAMPLES`] readings).
-async fn settled_rss() -> anyhow::Result<u64> {
-    let mut last = rss_bytes()?;
-    for _ in 0..RSS_MAX_SAMPLES {
-        tokio::time::sleep(RSS_SAMPLE).await;
-        let now = rss_bytes()?;
-        if now.abs_diff(last) <= RSS_STABLE {
-            return Ok(now);
-        }
-        last = now;
-    }
-    Ok(last)
-}
-
-/// The process's resident set size in bytes, from `/proc/self/statm`.
-fn rss_bytes() -> anyhow::Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .context("no resident field in /proc/self/statm")?
-        .parse()
-        .context("parsing /proc/self/statm")?;
-    Ok(pages * page_size())
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).unwrap_or(4096)
-}
-
-/// Returns freed heap memory to the system, so that what an earlier round freed does not
-/// hide what the next one allocates.
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory held by the allocator.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 // ---------------------------------------------------------------------------------------

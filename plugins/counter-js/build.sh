@@ -6,11 +6,14 @@
 #   (`npm ci`) into $TENURE_TOOLS_DIR (default /var/tmp/tenure-tools, outside the clone),
 #   once per lock file.
 # - The build uses componentize-js's defaults: no --disable flags.
-# - componentize-js 0.23.0 is not byte-reproducible (its Wizer snapshot of the engine holds
-#   build-time randomness and clock readings, see README.md), so the result is kept under
-#   the sha256 of everything that goes into it; building the same source again gives the
-#   same file, and so the same digest: no new version, no rollout. TENURE_PLUGIN_REBUILD=1
-#   builds afresh and replaces the kept file.
+# - The build is reproducible: the same source gives the same bytes, on any machine with
+#   the same tool versions (README.md says what componentize-js 0.23.0 records and how
+#   each is fixed): node runs with a fixed V8 random seed, in a fixed working directory
+#   (/tmp/tenure-build-counter-js, one build at a time), and Wizer runs with
+#   fixed-entropy.so preloaded (fixed random bytes and clock; built here with cc).
+# - The result is also kept under the sha256 of everything that goes into it, so an
+#   unchanged plugin is not rebuilt (a build takes tens of seconds).
+#   TENURE_PLUGIN_REBUILD=1 builds afresh and replaces the kept file.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -20,9 +23,9 @@ tools="${TENURE_TOOLS_DIR:-/var/tmp/tenure-tools}"
 
 die() { printf 'counter-js/build.sh: %s\n' "$*" >&2; exit 1; }
 
-for cmd in node npm; do
+for cmd in node npm cc; do
   command -v "$cmd" >/dev/null 2>&1 ||
-    die "$cmd is not installed (Debian: apt-get install nodejs npm; .ci/run installs them)"
+    die "$cmd is not installed (Debian: apt-get install nodejs npm gcc; .ci/run installs them)"
 done
 
 lock="$(sha256sum <"$here/package-lock.json" | cut -d' ' -f1)"
@@ -43,21 +46,41 @@ fi
 key="$(
   {
     echo "package-lock $lock"
-    cd "$here" && sha256sum build.sh app.js
+    cd "$here" && sha256sum build.sh app.js fixed-entropy.c
     cd "$wit" && find . -type f -name '*.wit' | LC_ALL=C sort | xargs sha256sum
   } | sha256sum | cut -d' ' -f1
 )"
 kept="$tools/builds/counter-js-$key.wasm"
 
 if [ ! -f "$kept" ] || [ "${TENURE_PLUGIN_REBUILD:-0}" = 1 ]; then
-  work="$(mktemp -d)"
+  # componentize-js records its working directory and its temporary directory in the
+  # component: both are fixed paths, so one build at a time on this machine.
+  work=/tmp/tenure-build-counter-js
+  exec 8>"$work.lock"
+  flock 8
+  rm -rf "$work"
+  mkdir -p "$work/src" "$work/tmp"
   trap 'rm -rf "$work"' EXIT
-  cp "$here/app.js" "$work/"
-  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/app.js"
-  (cd "$work" && "$install/node_modules/.bin/componentize-js" app.js \
-    --wit "$wit" -n owned-task -o "$work/out.wasm" >/dev/null) || die "componentize-js failed"
+  cp "$here/app.js" "$work/src/"
+  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/src/app.js"
+  cc -shared -fPIC -O2 -o "$work/fixed-entropy.so" "$here/fixed-entropy.c" -ldl ||
+    die "cannot build fixed-entropy.so (Debian: apt-get install gcc)"
+  wizer="$(cd "$install" && node --input-type=module \
+    -e "import w from '@bytecodealliance/wizer'; console.log(w)")" ||
+    die "cannot find the wizer binary of @bytecodealliance/wizer in $install"
+  # componentize-js runs Wizer with an environment of its own (no LD_PRELOAD from ours),
+  # but lets us name the binary: a wrapper that preloads fixed-entropy.so.
+  printf "#!/bin/sh\nLD_PRELOAD='%s' exec '%s' \"\$@\"\n" "$work/fixed-entropy.so" "$wizer" >"$work/wizer"
+  chmod +x "$work/wizer"
+  (cd "$work/src" && TMPDIR="$work/tmp" node --random-seed=1 \
+    "$install/node_modules/@bytecodealliance/componentize-js/src/cli.js" app.js \
+    --wit "$wit" -n owned-task --wizer-bin "$work/wizer" -o "$work/out.wasm" >/dev/null) ||
+    die "componentize-js failed"
   mv "$work/out.wasm" "$kept.tmp$$"
   mv "$kept.tmp$$" "$kept"
+  rm -rf "$work"
+  trap - EXIT
+  flock -u 8
   how=built
 else
   how=reused

@@ -17,6 +17,16 @@
 //! Dropping a compile (a shutdown, or a newer version of the file) kills the child
 //! (`kill_on_drop`) and removes its temporary file, so no entry is ever half-written.
 //!
+//! A node that is killed outright (SIGKILL, the OOM killer) runs no drop: its child
+//! would compile on alone, for minutes of CPU and up to 4 GiB, for nobody. So the child
+//! asks the kernel first thing to SIGKILL it when its parent dies (Linux
+//! `PR_SET_PDEATHSIG`), then checks that its parent is still the node whose pid it was
+//! handed ([`PARENT_ENV`]): a node that died between the spawn and that request has
+//! already left the child to init, and the signal would never come. The kernel sends the
+//! signal when the *thread* that spawned the child ends, not the process: compiles are
+//! spawned from async tasks, on the node's runtime threads, which live as long as the
+//! node (never spawn one from a blocking-pool thread, which ends when idle).
+//!
 //! Exit codes: 0, the entry is written; [`INVALID`], the wasm is not a valid component
 //! (stderr says why); anything else, or a signal, is a failed compile, reported with the
 //! child's stderr.
@@ -39,6 +49,8 @@ use super::{LoadError, cache, compile, engine_config};
 
 /// The hidden subcommand that runs a compile: `tenure __compile OUT`.
 pub const CHILD_SUBCOMMAND: &str = "__compile";
+/// The environment variable that hands the child its node's pid.
+const PARENT_ENV: &str = "TENURE_COMPILE_PARENT";
 /// The child's address-space limit. A Python component's compile peaks near 400 MiB
 /// resident; the rest is room for thread stacks and allocator arenas.
 pub const COMPILE_MEMORY: u64 = 4 << 30;
@@ -90,6 +102,7 @@ impl Compiler {
             .arg(CHILD_SUBCOMMAND)
             .arg(out)
             .env_clear()
+            .env(PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -167,6 +180,10 @@ impl Drop for TempSweep {
 /// The child's side, `tenure __compile OUT`: reads the key and the wasm from stdin,
 /// compiles, writes the entry. Returns the process's exit code.
 pub fn child_main(out: &Path) -> i32 {
+    if let Err(why) = die_with_parent() {
+        eprintln!("{why}");
+        return 1;
+    }
     if let Err(why) = limit(libc::RLIMIT_AS, COMPILE_MEMORY)
         .and_then(|()| limit(libc::RLIMIT_CPU, COMPILE_CPU_SECONDS))
     {
@@ -207,6 +224,35 @@ pub fn child_main(out: &Path) -> i32 {
             1
         }
     }
+}
+
+/// Asks the kernel to SIGKILL this process when the node that started it dies, and
+/// checks that it has not died already.
+fn die_with_parent() -> Result<(), String> {
+    let node: libc::pid_t = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|pid| pid.parse().ok())
+        .ok_or_else(|| {
+            format!("{PARENT_ENV} holds no pid: this subcommand is run by the node only")
+        })?;
+    // SAFETY: PR_SET_PDEATHSIG reads one unsigned long, the signal, and changes only
+    // this process's death signal. (Passed as a c_ulong: the kernel reads a whole
+    // register, and an int's upper half is unspecified in a variadic call.)
+    let signal = libc::SIGKILL as libc::c_ulong;
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal) } != 0 {
+        return Err(format!(
+            "cannot ask to die with the node: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    if parent != node {
+        return Err(format!(
+            "the node (pid {node}) that started this compile is gone (parent now {parent})"
+        ));
+    }
+    Ok(())
 }
 
 /// Sets both the soft and hard limit of `resource` to `value`.
