@@ -175,6 +175,7 @@ impl Folder {
                     digest: loaded.entry.digest.clone(),
                     tickets: manifest.tickets,
                     require: manifest.require.clone(),
+                    footprint: loaded.plugin.footprint.pool(),
                 },
             );
         }
