@@ -96,7 +96,10 @@
 //! loads kept as per-node counters: O(resources × nodes + slots), plus the moves it
 //! makes. 10,000 resources on 5 nodes plan in about 8 ms (release build, on a busy
 //! 2-core machine; `props.rs` prints it). The time goes mostly to reading every
-//! advert's name and digest, which are separate heap strings.
+//! advert's name and digest, which are separate heap strings. Capacity adds one pass
+//! over the live adverts (the footprint of each digest, in a hash map) and a lookup of
+//! the winner's footprint per eligibility check (that 8 ms figure predates it; on a
+//! machine at load average 14 the two builds could not be told apart).
 //!
 //! Files: `rows.rs` (the walk), `winner.rs` (the winning advert), `view.rs` (live nodes,
 //! loads, eligibility), `explain.rs` (why a slot is pending), `rebalance.rs` (evening

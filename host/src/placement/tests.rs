@@ -72,7 +72,7 @@ fn a_full_node_gets_no_more_slots() {
 fn a_node_of_python_plugins_is_full_at_its_core_instances() {
     run("
         node a
-        plugins py 1100 on a core=14 memories=2 tables=5
+        plugins py 1100 on a core=14 memories=1 tables=2   # counter-py's footprint
         plan
         expect count assign=1028
         expect pending py1028/0 \"a is full: 1,028 instances use 14,392 of its 14,400 core instances; one of py1028 takes 14\"
