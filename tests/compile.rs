@@ -106,6 +106,14 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
             "a cold compile: {}",
             events[at]
         );
+        // What placement counts against the node's pool (tests/polyglot.rs checks it
+        // against the pool itself).
+        let core_instances = if plugin == "counter-py" { 14 } else { 4 };
+        assert_eq!(
+            events[at]["core_instances"], core_instances,
+            "{}",
+            events[at]
+        );
         assert!(
             heartbeat < at,
             "heartbeat started (event {heartbeat}) only after {plugin} finished compiling \
