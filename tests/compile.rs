@@ -107,6 +107,14 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
             "a cold compile: {}",
             events[at]
         );
+        // What placement counts against the node's pool (tests/polyglot.rs checks it
+        // against the pool itself).
+        let core_instances = if plugin == "counter-py" { 14 } else { 4 };
+        assert_eq!(
+            events[at]["core_instances"], core_instances,
+            "{}",
+            events[at]
+        );
         assert!(
             heartbeat < at,
             "heartbeat started (event {heartbeat}) only after {plugin} finished compiling \
@@ -268,6 +276,19 @@ fn plugin_check_reports_size_imports_footprint_compile_time_and_a_limit() {
     ] {
         assert!(stdout.contains(field), "no {field:?} in:\n{stdout}");
     }
+    // A Python instance makes 14 core instances: they, not the 3,600 instances, bound
+    // how many fit a node (14,400 / 14).
+    assert!(
+        stdout.contains("core instances 14,"),
+        "the core instances in:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "per node   1,028 instances of it at most (placement gives a node 14,400 core \
+             instances, 14 per instance)"
+        ),
+        "how many fit a node, in:\n{stdout}"
+    );
     let compiled = stdout
         .lines()
         .find(|l| l.trim_start().starts_with("compiled"))

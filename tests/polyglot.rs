@@ -227,3 +227,98 @@ fn python_and_javascript_counts_go_on_after_a_kill_9_of_the_owner() {
         assert_safe(&merged, resource, 1);
     }
 }
+
+/// No state: the instances of the pool test below never run `start`.
+struct NoState;
+
+impl tenure::runtime::StateBackend for NoState {
+    fn load(
+        &self,
+        _: &tenure::ownership::Grant,
+    ) -> tenure::runtime::BoxFuture<Result<Option<Vec<u8>>, tenure::runtime::StateError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn save(
+        &self,
+        _: &tenure::ownership::Grant,
+        _: Vec<u8>,
+    ) -> tenure::runtime::BoxFuture<Result<(), tenure::runtime::StateError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The core instances the runtime counts at load (from the binary, with wasmparser) are
+/// the ones the pooling allocator counts: for the Rust, Python and JavaScript counters,
+/// a pool with room for exactly two instances' core instances (and plenty of everything
+/// else) takes two instances and refuses the third. Prints each footprint.
+#[test]
+fn the_core_instances_counted_at_load_are_the_ones_the_pool_counts() {
+    use std::sync::Arc;
+    use tenure::cluster::Pool;
+    use tenure::runtime::{InstanceContext, NodeLease, Runtime};
+
+    let poly = polyglot_plugins();
+    let cases = [
+        ("counter (Rust)", plugins().counter_bytes()),
+        ("counter-py", std::fs::read(&poly.counter_py).unwrap()),
+        ("counter-js", std::fs::read(&poly.counter_js).unwrap()),
+    ];
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let mut counts = Vec::new();
+    for (name, wasm) in cases {
+        let counted = Runtime::new(Some(&poly.compile_cache))
+            .unwrap()
+            .load(&wasm)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .footprint;
+        eprintln!("[footprint] {name}: {counted:?}");
+        counts.push((name, counted.core_instances));
+        let pool = Pool {
+            instances: 10,
+            core_instances: 2 * counted.core_instances,
+            memories: 10 * counted.memories.max(1),
+            tables: 10 * counted.tables.max(1),
+        };
+        let runtime = Runtime::with_pool(Some(&poly.compile_cache), &pool).unwrap();
+        assert!(runtime.pooling(), "the test needs the pooling allocator");
+        let plugin = runtime.load(&wasm).unwrap();
+        let lease = Arc::new(NodeLease::new(false));
+        let context = |slot| {
+            let grant = tenure::ownership::Grant {
+                resource: name.into(),
+                slot,
+                node: "n".into(),
+                token: 1,
+                term: 1,
+                session: 1,
+            };
+            Arc::new(InstanceContext::new(
+                name.into(),
+                grant,
+                lease.clone(),
+                Arc::new(NoState),
+                256 << 20,
+            ))
+        };
+        tokio.block_on(async {
+            let _first = plugin.instantiate(context(0)).await.expect("room for one");
+            let _second = plugin.instantiate(context(1)).await.expect("room for two");
+            let third = plugin
+                .instantiate(context(2))
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{name}: a third instance fits a pool of {pool:?}"));
+            assert!(
+                third.describe().contains("core instances"),
+                "{name}: refused for another reason than core instances: {}",
+                third.describe()
+            );
+        });
+    }
+    assert!(
+        counts
+            .iter()
+            .any(|&(name, n)| name == "counter-py" && n == 14),
+        "a Python instance makes 14 core instances: {counts:?}"
+    );
+}

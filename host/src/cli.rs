@@ -323,10 +323,20 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
         plugin.load_time.as_secs_f64() * 1000.0
     );
     println!(
-        "  footprint  memories {} (the largest starts at {}), tables {}",
+        "  footprint  core instances {}, memories {} (the largest starts at {}), tables {}",
+        f.core_instances,
         f.memories,
         runtime::mib(f.initial_memory),
         f.tables
+    );
+    let capacity = crate::placement::CAPACITY;
+    let (fits, bound) = f.pool().fits(&capacity);
+    println!(
+        "  per node   {} instances of it at most (placement gives a node {} {}, {} per instance)",
+        crate::cluster::thousands(fits.into()),
+        crate::cluster::thousands(capacity.get(bound).into()),
+        bound.name(),
+        f.pool().get(bound),
     );
     println!(
         "  suggested  limits.memory = \"{}\" (twice the initial memory, at least 16MiB; \

@@ -94,6 +94,7 @@ impl World {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                footprint: crate::cluster::Pool::default(),
             },
         );
         self.apply(Command::Advertise {
@@ -181,6 +182,7 @@ pub(super) fn many_resources(count: usize) -> World {
                 digest: digest('a'),
                 tickets: 1,
                 require: BTreeMap::new(),
+                footprint: crate::cluster::Pool::default(),
             };
             (name, advert)
         })

@@ -492,6 +492,7 @@ mod tests {
             digest: digest.into(),
             tickets: 1,
             require: BTreeMap::new(),
+            footprint: crate::cluster::Pool::default(),
         }
     }
 

@@ -173,6 +173,7 @@ mod tests {
                         digest: "sha256:aa".into(),
                         tickets: 1,
                         require: BTreeMap::new(),
+                        footprint: crate::cluster::Pool::default(),
                     },
                 )]),
             },

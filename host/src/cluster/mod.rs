@@ -19,11 +19,14 @@
 //! only: it may speak for itself, never for another node (`authorize.rs`, the table).
 //!
 //! Files: `state.rs` (the types), `apply.rs` (the state transitions), `authorize.rs`
-//! (what a member may propose).
+//! (what a member may propose), `pool.rs` (counts over a node's instance pool: plugin
+//! footprints and node capacity).
 
 mod apply;
 mod authorize;
+mod pool;
 mod state;
 
 pub use authorize::authorize;
+pub use pool::{Dimension, Pool, thousands};
 pub use state::*;

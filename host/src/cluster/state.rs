@@ -81,6 +81,10 @@ pub struct Advert {
     pub tickets: u32,
     /// Labels a node must carry to own the resource.
     pub require: BTreeMap<String, String>,
+    /// What one instance of this build takes from a node's instance pool, as the
+    /// advertising node's runtime counted it (a property of the digest). Placement
+    /// reads it clamped ([`super::Pool::clamped`]).
+    pub footprint: super::Pool,
 }
 
 /// One granted slot.

@@ -152,6 +152,7 @@ mod tests {
             digest: format!("sha256:{digest}"),
             tickets: 1,
             require: BTreeMap::new(),
+            footprint: crate::cluster::Pool::default(),
         }
     }
 

@@ -175,6 +175,7 @@ impl Folder {
                     digest: loaded.entry.digest.clone(),
                     tickets: manifest.tickets,
                     require: manifest.require.clone(),
+                    footprint: loaded.plugin.footprint.pool(),
                 },
             );
         }
@@ -322,6 +323,7 @@ impl Folder {
                     load_us = plugin.load_time.as_micros() as u64,
                     initial_memory = plugin.footprint.initial_memory,
                     memories = plugin.footprint.memories,
+                    core_instances = plugin.footprint.core_instances,
                     "plugin loaded",
                 );
                 let stop_grace = self.stop_grace(&entry);

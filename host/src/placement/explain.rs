@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::cluster::Advert;
+use crate::cluster::{Advert, thousands};
 
 use super::view::View;
 use super::winner::Win;
@@ -32,8 +32,8 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
             cooling.push((name, until));
         } else if let Some(n) = view.holds(i) {
             holding.push(format!("{name} has {resource}/{n}"));
-        } else if view.full(i) {
-            full.push(name);
+        } else if let Some(dimension) = view.full(i, win) {
+            full.push((name, i, dimension));
         }
     }
     let mut clauses = Vec::new();
@@ -64,12 +64,16 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
         let verb = verb(nodes.len(), "lacks", "lack");
         clauses.push(format!("{} {verb} labels {labels}", nodes.join(", ")));
     }
-    if !full.is_empty() {
-        let verb = verb(full.len(), "is", "are");
+    let footprint = view.footprint(&advert.digest);
+    for (name, i, dimension) in full {
+        let used = view.used[i];
         clauses.push(format!(
-            "{} {verb} full ({} slots, the most a node runs)",
-            full.join(", "),
-            view.max_slots
+            "{name} is full: {} instances use {} of its {} {}; one of {resource} takes {}",
+            thousands(used.instances.into()),
+            thousands(used.get(dimension).into()),
+            thousands(view.capacity.get(dimension).into()),
+            dimension.name(),
+            thousands(footprint.get(dimension).into()),
         ));
     }
     for (name, until) in cooling {

@@ -23,9 +23,22 @@
 //! handing over) and is not cooling down for the resource (`cluster.cooldown`, set when
 //! its plugin kept failing there).
 //!
-//! A node is also not eligible while its load (below) has reached
-//! [`Options::max_slots`], the number of plugins it can run at once; a slot without
-//! another eligible node then waits, pending, rather than failing to start.
+//! A node is also not eligible while one more instance of the winner would not fit its
+//! [`Options::capacity`]: the slots it will hold (those counted in its load, below) add
+//! up their builds' footprints, per dimension of the runtime's instance pool (component
+//! instances, core instances, memories, tables; `cluster::Pool`), and the first
+//! dimension to run out makes it full for that plugin. A Python plugin instance makes 14
+//! core instances, so a node of them is full at about 1,000, where a node of small Rust
+//! plugins (3 each) is full at its 3,600 instances. A slot without another eligible node
+//! then waits, pending, rather than failing to start.
+//!
+//! **Footprints** come with the adverts: each node advertises, with a build, what one
+//! instance of it takes, as its runtime counted it. The footprint of a build is the
+//! largest (per dimension) that any live node advertises for its digest, so a node that
+//! under-reports cannot over-fill another; a slot whose build no live node advertises
+//! counts as `Pool::UNKNOWN` (larger than any plugin measured). Footprints are read
+//! clamped (`Pool::clamped`): zero counts as one core instance, and no footprint takes
+//! more than a whole node.
 //!
 //! **Vacant slots** `0..tickets` go first to the node `cluster.preferred` names (the
 //! target of an operator move or a rebalance) if it is eligible, then to the eligible node
@@ -83,7 +96,10 @@
 //! loads kept as per-node counters: O(resources × nodes + slots), plus the moves it
 //! makes. 10,000 resources on 5 nodes plan in about 8 ms (release build, on a busy
 //! 2-core machine; `props.rs` prints it). The time goes mostly to reading every
-//! advert's name and digest, which are separate heap strings.
+//! advert's name and digest, which are separate heap strings. Capacity adds one pass
+//! over the live adverts (the footprint of each digest, in a hash map) and a lookup of
+//! the winner's footprint per eligibility check (that 8 ms figure predates it; on a
+//! machine at load average 14 the two builds could not be told apart).
 //!
 //! Files: `rows.rs` (the walk), `winner.rs` (the winning advert), `view.rs` (live nodes,
 //! loads, eligibility), `explain.rs` (why a slot is pending), `rebalance.rs` (evening
@@ -109,7 +125,7 @@ use std::collections::BTreeMap;
 
 pub use winner::{Winner, winning};
 
-use crate::cluster::{Cluster, Command, Slot};
+use crate::cluster::{Cluster, Command, Pool, Slot};
 use rows::Rows;
 use view::View;
 use winner::Win;
@@ -135,15 +151,18 @@ pub struct Options {
     /// (ms). Placement only reads `cluster.cooldown`; the node that gives a slot up sets
     /// `until_ms = now + cooldown_ms` in its `GiveUp`. Default 60 000.
     pub cooldown_ms: u64,
-    /// The most slots one node is given: a node whose load reached it is not eligible
-    /// (and not a rebalancing target) until its load falls. Default [`MAX_SLOTS`].
-    pub max_slots: usize,
+    /// What one node's slots may take from its instance pool, per dimension: a node
+    /// where one more instance of a plugin would exceed it is not eligible for that
+    /// plugin (and not a rebalancing target for it). Default [`CAPACITY`].
+    pub capacity: Pool,
 }
 
-/// Slots a node can run: nine tenths of the runtime's instance pool
-/// ([`crate::runtime::MAX_INSTANCES`]), leaving room for the instances of slots being
-/// handed away and of cleanups on fresh instances, which the load does not count.
-pub const MAX_SLOTS: usize = crate::runtime::MAX_INSTANCES as usize / 10 * 9;
+/// What placement gives a node: nine tenths of the runtime's instance pool
+/// ([`crate::runtime::POOL`]) in every dimension. The tenth left over holds the
+/// instances placement does not count: those of slots being handed away (the old owner
+/// still runs or cleans up while the load already counts the slot at its successor) and
+/// cleanups on fresh instances after a trap, each as large as the plugin's footprint.
+pub const CAPACITY: Pool = crate::runtime::POOL.scaled(9, 10);
 
 impl Default for Options {
     fn default() -> Self {
@@ -151,7 +170,7 @@ impl Default for Options {
             min_term_ms: 10_000,
             max_moves: 0,
             cooldown_ms: 60_000,
-            max_slots: MAX_SLOTS,
+            capacity: CAPACITY,
         }
     }
 }
@@ -196,7 +215,7 @@ impl Plan {
 /// The leader's plan for `cluster` at `now_ms` (its wall clock, ms since the Unix epoch,
 /// the same clock as `since_ms` and cooldowns). Pure: no I/O, no clock reads.
 pub fn plan(cluster: &Cluster, now_ms: u64, options: &Options) -> Plan {
-    let mut view = View::new(cluster, now_ms, options.max_slots);
+    let mut view = View::new(cluster, now_ms, options.capacity);
     let mut out = Plan::default();
     // Resources where nothing moves and nothing is vacant: rebalancing may move them.
     let mut settled: Vec<Settled<'_>> = Vec::new();

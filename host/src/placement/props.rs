@@ -312,6 +312,13 @@ fn ten_thousand_resources_on_five_nodes() {
         digest: "sha256:d".into(),
         tickets: 1,
         require: BTreeMap::new(),
+        // A small Rust plugin's.
+        footprint: crate::cluster::Pool {
+            instances: 1,
+            core_instances: 3,
+            memories: 1,
+            tables: 1,
+        },
     };
     let plugins: BTreeMap<String, Advert> = (0..RESOURCES)
         .map(|r| (format!("r{r:05}"), advert.clone()))

@@ -51,8 +51,7 @@ pub(super) fn run<'a>(
             return;
         };
         search.moved[at] = true;
-        view.load[src] -= 1;
-        view.load[dst] += 1;
+        view.move_slot(src, dst, &slot.digest);
         out.commands.push(Command::BeginHandover {
             resource: settled[at].resource.to_owned(),
             slot: n,

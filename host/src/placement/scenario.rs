@@ -6,6 +6,8 @@
 //! node a zone=a              # join and open a session (sessions are opened in line order)
 //! node c draining            # ... then drain it; `down`: join without a session
 //! plugin r on a b version=1.0.0 tickets=2 require=zone=a digest=x
+//! plugin r on a core=14 memories=2 tables=5   # its footprint (default core=3 memories=1 tables=1)
+//! plugins py 1100 on a core=14   # py0000 … py1099, with the flags of `plugin`
 //! unplug r from a            # a no longer advertises r
 //! grant r/0 a since=0        # Assign with a's advert of r, granted at `since` (default now)
 //! handover r/0 moved to=b    # BeginHandover at the slot's current token
@@ -13,7 +15,7 @@
 //! giveup r/0 until=60000     # GiveUp: a cooldown for the owner
 //! drain a | undrain a | kill a | start a     # kill ends the session, start opens one
 //! time 20000 | advance 1000  # the leader's clock, ms
-//! options min_term=10000 max_moves=2 max_slots=3
+//! options min_term=10000 max_moves=2 instances=3   # capacity: instances= core_instances= memories= tables=
 //!
 //! # planning
 //! plan                       # the plan at the current time
@@ -39,7 +41,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cluster::{Advert, Cluster, Command, Handover, Response};
+use crate::cluster::{Advert, Cluster, Command, Handover, Pool, Response};
 
 use super::{Options, Plan, plan};
 
@@ -84,6 +86,7 @@ impl Sim {
         match words[0] {
             "node" => self.node(&args, &flags),
             "plugin" => self.plugin(&args, &flags),
+            "plugins" => self.plugins(&args, &flags),
             "unplug" => {
                 for node in &args[2..] {
                     let mut plugins = self.member(node).plugins.clone();
@@ -150,8 +153,18 @@ impl Sim {
                 if let Some(v) = flags.get("max_moves") {
                     self.options.max_moves = self.number(v) as usize;
                 }
-                if let Some(v) = flags.get("max_slots") {
-                    self.options.max_slots = self.number(v) as usize;
+                let capacity = &mut self.options.capacity;
+                for (flag, dimension) in [
+                    ("instances", &mut capacity.instances),
+                    ("core_instances", &mut capacity.core_instances),
+                    ("memories", &mut capacity.memories),
+                    ("tables", &mut capacity.tables),
+                ] {
+                    if let Some(v) = flags.get(flag) {
+                        *dimension = v
+                            .parse()
+                            .unwrap_or_else(|_| panic!("{flag}={v:?} is not a number"));
+                    }
                 }
             }
             "plan" => {
@@ -198,8 +211,38 @@ impl Sim {
         }
     }
 
-    /// `plugin R on N... [version=] [digest=] [tickets=] [require=k=v,k=v]`.
+    /// `plugin R on N... [version=] [digest=] [tickets=] [require=k=v,k=v] [core=]
+    /// [memories=] [tables=]`.
     fn plugin(&mut self, args: &[&str], flags: &BTreeMap<&str, &str>) {
+        let advert = self.advert(args[0], flags);
+        for node in &args[2..] {
+            let mut plugins = self.member(node).plugins.clone();
+            plugins.insert(args[0].to_owned(), advert.clone());
+            self.apply(Command::Advertise {
+                node: node.to_string(),
+                plugins,
+            });
+        }
+    }
+
+    /// `plugins PREFIX COUNT on N... [flags of plugin]`: COUNT plugins named PREFIX0000
+    /// and up, in one advert per node.
+    fn plugins(&mut self, args: &[&str], flags: &BTreeMap<&str, &str>) {
+        let count = self.number(args[1]);
+        for node in &args[3..] {
+            let mut plugins = self.member(node).plugins.clone();
+            for i in 0..count {
+                let name = format!("{}{i:04}", args[0]);
+                plugins.insert(name.clone(), self.advert(&name, flags));
+            }
+            self.apply(Command::Advertise {
+                node: node.to_string(),
+                plugins,
+            });
+        }
+    }
+
+    fn advert(&self, plugin: &str, flags: &BTreeMap<&str, &str>) -> Advert {
         let version: semver::Version = flags
             .get("version")
             .unwrap_or(&"1.0.0")
@@ -216,20 +259,20 @@ impl Sim {
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let advert = Advert {
-            plugin: args[0].to_owned(),
+        let count =
+            |flag: &str, default: u32| flags.get(flag).map_or(default, |n| self.number(n) as u32);
+        Advert {
+            plugin: plugin.to_owned(),
             version,
             digest,
-            tickets: flags.get("tickets").map_or(1, |t| self.number(t) as u32),
+            tickets: count("tickets", 1),
             require,
-        };
-        for node in &args[2..] {
-            let mut plugins = self.member(node).plugins.clone();
-            plugins.insert(args[0].to_owned(), advert.clone());
-            self.apply(Command::Advertise {
-                node: node.to_string(),
-                plugins,
-            });
+            footprint: Pool {
+                instances: 1,
+                core_instances: count("core", 3),
+                memories: count("memories", 1),
+                tables: count("tables", 1),
+            },
         }
     }
 

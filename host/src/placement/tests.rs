@@ -42,7 +42,7 @@ fn fewest_slots_then_oldest_session() {
 #[test]
 fn a_full_node_gets_no_more_slots() {
     run("
-        options max_slots=2
+        options instances=2
         node a
         node b
         plugin p on a b
@@ -55,13 +55,116 @@ fn a_full_node_gets_no_more_slots() {
         expect assign q/0 b
         expect assign r/0 a
         expect assign s/0 b
-        expect pending t/0 \"a is full (2 slots, the most a node runs)\"
+        expect pending t/0 \"a is full: 2 instances use 2 of its 2 instances; one of t takes 1\"
         apply
         plan
         expect pending t/0 \"a is full\"
-        options max_slots=3
+        options instances=3
         plan
         expect assign t/0 a
+    ");
+}
+
+/// The default capacity is nine tenths of the runtime's pool: 3,600 instances, 14,400
+/// core instances. A Python plugin instance makes 14 core instances, so a node is full
+/// of them at 1,028, long before 3,600 (issue 11).
+#[test]
+fn a_node_of_python_plugins_is_full_at_its_core_instances() {
+    run("
+        node a
+        plugins py 1100 on a core=14 memories=1 tables=2   # counter-py's footprint
+        plan
+        expect count assign=1028
+        expect pending py1028/0 \"a is full: 1,028 instances use 14,392 of its 14,400 core instances; one of py1028 takes 14\"
+        ...
+    ");
+}
+
+/// Footprints add up per node: a node with room for a small plugin may have none for a
+/// large one, and a full node's slot goes to the next node.
+#[test]
+fn mixed_footprints_fill_a_node_by_what_each_takes() {
+    run("
+        options instances=10 core_instances=42
+        node a
+        plugin a1 on a core=14 digest=py
+        plugin a2 on a core=14 digest=py
+        plugin b1 on a core=3 digest=rs
+        plugin b2 on a core=3 digest=rs
+        plugin b3 on a core=3 digest=rs
+        plugin c1 on a core=14 digest=py
+        plugin d1 on a core=3 digest=rs
+        plan
+        expect assign a1/0 a
+        expect assign a2/0 a
+        expect assign b1/0 a
+        expect assign b2/0 a
+        expect assign b3/0 a
+        expect pending c1/0 \"a is full: 5 instances use 37 of its 42 core instances; one of c1 takes 14\"
+        expect assign d1/0 a    # 40 of 42: a Rust-size instance still fits
+        apply
+        node b
+        plugin c1 on b core=14 digest=py
+        plan
+        expect assign c1/0 b
+    ");
+}
+
+/// Nodes that advertise one build with different footprints (another version of the
+/// host, or a peer lying low): placement counts the largest.
+#[test]
+fn when_advertisers_disagree_the_largest_footprint_counts() {
+    run("
+        options core_instances=28
+        node a
+        node b draining    # live, so its adverts count; it takes no slots
+        plugin p on a core=3 digest=d
+        plugin p on b core=14 digest=d
+        plugin q on a core=3 digest=d
+        plugin r on a core=3 digest=d
+        plan
+        expect assign p/0 a
+        expect assign q/0 a
+        expect pending r/0 \"a is full: 2 instances use 28 of its 28 core instances; one of r takes 14\"
+    ");
+}
+
+/// A footprint of zero or of billions, from a peer: zero counts as one core instance,
+/// billions as a whole node, and placement goes on around it.
+#[test]
+fn nonsense_footprints_are_clamped() {
+    run("
+        options instances=10 core_instances=28
+        node a
+        node b
+        plugin huge on a b core=4294967295 memories=4294967295 tables=4294967295 digest=h
+        plugin small on a b core=3 digest=s
+        plugin zero on a b core=0 memories=0 tables=0 digest=z
+        plan
+        expect assign huge/0 a
+        expect assign small/0 b
+        expect assign zero/0 b    # a is full: the huge one took all its core instances
+        apply
+        plugin more on a core=1 digest=m
+        plan
+        expect pending more/0 \"a is full: 1 instances use 28 of its 28 core instances; one of more takes 1\"
+    ");
+}
+
+/// A slot whose build no live node advertises any more (here its owner now advertises
+/// another one) counts as `Pool::UNKNOWN`, larger than any plugin measured.
+#[test]
+fn a_slot_of_a_build_nobody_advertises_counts_as_large() {
+    run("
+        options core_instances=18
+        node a
+        plugin p on a core=3 digest=old
+        grant p/0 a
+        plugin p on a core=3 digest=new
+        plugin q on a core=3 digest=q
+        plan
+        expect pending q/0 \"a is full: 1 instances use 16 of its 18 core instances; one of q takes 3\"
+        ...
     ");
 }
 

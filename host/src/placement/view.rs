@@ -2,12 +2,13 @@
 //!
 //! Built once per plan in one pass over the granted slots, then updated as the plan
 //! grants and moves slots, so that no decision rescans the whole state: a node's load is
-//! a counter, and "does this node hold a slot of the resource being planned" is a mark
-//! set for that resource's holders and cleared afterwards.
+//! a counter, what its slots take from its pool is a sum, and "does this node hold a slot
+//! of the resource being planned" is a mark set for that resource's holders and cleared
+//! afterwards.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use crate::cluster::{Cluster, Command, Member, Slot};
+use crate::cluster::{Cluster, Command, Dimension, Member, Pool, Slot};
 
 use super::winner::Win;
 
@@ -50,8 +51,13 @@ pub(super) struct View<'a> {
     /// order, as (index into the plan's settled list, slot): the candidates for
     /// rebalancing. Filled as the plan goes.
     pub owned: Vec<Vec<(usize, u32, &'a Slot)>>,
-    /// The most slots a node is given ([`super::Options::max_slots`]).
-    pub max_slots: usize,
+    /// Per node: what the slots counted in its load take from its pool (their builds'
+    /// footprints, clamped), updated with it.
+    pub used: Vec<Pool>,
+    /// What a node's slots may take ([`super::Options::capacity`]).
+    pub capacity: Pool,
+    /// The footprint of each build by digest: the largest any live node advertises.
+    footprints: HashMap<&'a str, Pool>,
     /// Granted slots in the state (any owner).
     pub granted: usize,
     /// Slots being handed over in the state.
@@ -63,9 +69,14 @@ pub(super) struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    pub fn new(cluster: &'a Cluster, now_ms: u64, max_slots: usize) -> Self {
+    pub fn new(cluster: &'a Cluster, now_ms: u64, capacity: Pool) -> Self {
         let nodes = live_nodes(cluster);
         let by_name = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
+        let mut footprints: HashMap<&str, Pool> = HashMap::new();
+        for advert in nodes.iter().flat_map(|n| n.member.plugins.values()) {
+            let footprint = footprints.entry(&advert.digest).or_default();
+            *footprint = footprint.max(advert.footprint);
+        }
         let mut view = View {
             cluster,
             now_ms,
@@ -73,9 +84,11 @@ impl<'a> View<'a> {
             owned: vec![Vec::new(); nodes.len()],
             holder: vec![None; nodes.len()],
             marked: Vec::new(),
+            used: vec![Pool::default(); nodes.len()],
             nodes,
             by_name,
-            max_slots,
+            capacity,
+            footprints,
             granted: 0,
             releasing: 0,
         };
@@ -90,6 +103,7 @@ impl<'a> View<'a> {
             };
             if let Some(node) = counted.and_then(|name| view.live(name)) {
                 view.load[node] += 1;
+                view.used[node] = view.used[node].plus(view.footprint(&slot.digest));
             }
         }
         view
@@ -119,16 +133,29 @@ impl<'a> View<'a> {
         (until > self.now_ms).then_some(until)
     }
 
-    /// Whether node `i` has reached [`View::max_slots`].
-    pub fn full(&self, i: usize) -> bool {
-        self.load[i] >= self.max_slots
+    /// What one instance of the build with `digest` takes from a node's pool, as
+    /// placement counts it: the largest footprint live nodes advertise for it, clamped
+    /// to the capacity, or [`Pool::UNKNOWN`] if none does.
+    pub fn footprint(&self, digest: &str) -> Pool {
+        self.footprints
+            .get(digest)
+            .copied()
+            .unwrap_or(Pool::UNKNOWN)
+            .clamped(&self.capacity)
+    }
+
+    /// The dimension of node `i`'s pool that one more instance of the winner would
+    /// exceed, if any: the node is full for that plugin.
+    pub fn full(&self, i: usize, win: &Win<'_>) -> Option<Dimension> {
+        self.footprint(&win.advert.digest)
+            .overflows(&self.used[i], &self.capacity)
     }
 
     /// Whether node `i` could take a slot of `resource` if it held none: live (by
     /// construction), not draining, runs the winner, has the labels, not cooling down,
-    /// not full.
+    /// not full for the winner.
     pub fn fit(&self, i: usize, resource: &str, win: &Win<'_>) -> bool {
-        self.can_run(i, resource, win) && !self.full(i)
+        self.can_run(i, resource, win) && self.full(i, win).is_none()
     }
 
     /// [`View::fit`] without the load: not draining, runs the winner, has the labels,
@@ -172,6 +199,7 @@ impl<'a> View<'a> {
     pub fn grant(&mut self, i: usize, resource: &str, n: u32, win: &Win<'_>) -> Command {
         self.mark(i, n);
         self.load[i] += 1;
+        self.used[i] = self.used[i].plus(self.footprint(&win.advert.digest));
         let node = &self.nodes[i];
         Command::Assign {
             resource: resource.to_owned(),
@@ -182,6 +210,16 @@ impl<'a> View<'a> {
             digest: win.advert.digest.clone(),
             at_ms: self.now_ms,
         }
+    }
+
+    /// Counts a slot running the build `digest` at node `dst` instead of `src` (a
+    /// rebalancing move).
+    pub fn move_slot(&mut self, src: usize, dst: usize, digest: &str) {
+        let footprint = self.footprint(digest);
+        self.load[src] -= 1;
+        self.load[dst] += 1;
+        self.used[src] = self.used[src].minus(footprint);
+        self.used[dst] = self.used[dst].plus(footprint);
     }
 
     /// Marks the live holders of the resource being planned, given its granted `slots`

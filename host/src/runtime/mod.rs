@@ -31,6 +31,7 @@
 mod bindings;
 mod cache;
 mod compiler;
+mod core_instances;
 mod env;
 mod footprint;
 mod guest_data;
@@ -64,6 +65,7 @@ use store::HostState;
 
 use crate::catalog::Secrets;
 use crate::catalog::capabilities::{AllowedHost, Capabilities, Scheme};
+use crate::cluster::Pool;
 use crate::ownership::Grant;
 
 /// How often the epoch advances: the granularity of yields and interrupts.
@@ -316,7 +318,13 @@ impl Runtime {
     /// imports, starts the epoch ticker, and uses `cache_dir` for compiled code (`None`:
     /// compile every time, as `tenure plugin check` does).
     pub fn new(cache_dir: Option<&Path>) -> Result<Self, RuntimeError> {
-        let (engine, pooling) = match Engine::new(&engine_config(true)) {
+        Self::with_pool(cache_dir, &POOL)
+    }
+
+    /// [`Runtime::new`] with a pool of other totals than [`POOL`]: for tests that fill
+    /// a pool to see where it refuses.
+    pub fn with_pool(cache_dir: Option<&Path>, pool: &Pool) -> Result<Self, RuntimeError> {
+        let (engine, pooling) = match Engine::new(&sized_engine_config(Some(pool))) {
             Ok(engine) => (engine, true),
             Err(err) => {
                 tracing::warn!(
@@ -385,7 +393,7 @@ impl Runtime {
             Some(found) => found,
             None => self.compile_here(&digest, wasm)?,
         };
-        self.finish(&digest, component, cache, started)
+        self.finish(&digest, wasm, component, cache, started)
     }
 
     /// The node's load: like [`Runtime::load`], but a cache miss compiles in a child
@@ -480,7 +488,7 @@ impl Runtime {
             }
         };
         let this = self.clone();
-        blocking(move || this.finish(&digest, component, cache, started)).await?
+        blocking(move || this.finish(&digest, &wasm, component, cache, started)).await?
     }
 
     /// The component for `digest` without compiling: shared with a loaded plugin, or
@@ -513,10 +521,12 @@ impl Runtime {
         Ok((Arc::new(component), cache))
     }
 
-    /// Checks `component` against the world and records it in the shared set.
+    /// Checks `component` (compiled from `wasm`) against the world, takes its
+    /// footprint, and records it in the shared set.
     fn finish(
         &self,
         digest: &str,
+        wasm: &[u8],
         component: Arc<Component>,
         cache: CacheUse,
         started: Instant,
@@ -527,6 +537,7 @@ impl Runtime {
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
         let pre = bindings::OwnedTaskPre::new(pre)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
+        let footprint = Footprint::of(&component, wasm)?;
         {
             let mut shared = self.components.lock().unwrap_or_else(|e| e.into_inner());
             shared.retain(|_, c| c.strong_count() > 0);
@@ -535,7 +546,7 @@ impl Runtime {
         Ok(Plugin {
             pre,
             engine: self.engine.clone(),
-            footprint: Footprint::of(&component),
+            footprint,
             component,
             digest: format!("sha256:{digest}"),
             cache,
@@ -569,28 +580,51 @@ impl Plugin {
     }
 }
 
-/// Plugin instances one node can run at once with the pooling allocator (running plugins
-/// plus cleanups in progress). A start beyond it fails and is retried like any failed start.
-/// The bound under it is the kernel's: each live instance maps about 12 regions, and
+/// Plugin instances one node can run at once (running plugins plus cleanups in
+/// progress), if each takes at most four core instances, one memory and four tables. A
+/// start beyond the pool fails and is retried like any failed start. The bound under it
+/// is the kernel's: each live instance of a small Rust plugin maps about 12 regions, and
 /// Linux allows 65,530 per process by default (`vm.max_map_count`); 5,400 instances
 /// failed with ENOMEM on this project's machine (BENCHMARKS.md).
 pub const MAX_INSTANCES: u32 = 4_000;
 
+/// The node's instance pool, per dimension: what the pooling allocator reserves, and
+/// what placement divides among a node's plugins by their footprints (nine tenths of it,
+/// `placement::CAPACITY`). A small Rust component takes one memory and three core
+/// instances, a Python one 14 core instances, so the core instances, not the instances,
+/// bound a node of Python plugins. The reservation is virtual address space, not RAM
+/// (about 4 GiB per memory slot: 16 TiB of the 128 TiB a process may map).
+///
+/// With on-demand allocation (no pool) nothing reserves these, but placement counts the
+/// same totals: they are sized under the kernel's map count, which on-demand instances
+/// meet sooner (their memories and core instances map regions of their own as they are
+/// made), so the same bound keeps those nodes under it too.
+pub const POOL: Pool = Pool {
+    instances: MAX_INSTANCES,
+    core_instances: 4 * MAX_INSTANCES,
+    memories: MAX_INSTANCES,
+    tables: 4 * MAX_INSTANCES,
+};
+
+/// The engine's configuration: pooling allocation sized to [`POOL`], or on demand.
 fn engine_config(pooling: bool) -> wasmtime::Config {
+    sized_engine_config(pooling.then_some(&POOL))
+}
+
+/// The engine's configuration: pooling allocation sized to `pool`, or on demand.
+fn sized_engine_config(pool: Option<&Pool>) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
-    if pooling {
+    if let Some(totals) = pool {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
-        // Room for MAX_INSTANCES live plugin instances. A small Rust component has one
-        // memory and three core instances; the reservation is virtual address space, not
-        // RAM (about 4 GiB per memory slot: 16 TiB of the 128 TiB a process may map).
-        pool.total_component_instances(MAX_INSTANCES)
-            .total_core_instances(4 * MAX_INSTANCES)
-            .total_memories(MAX_INSTANCES)
-            .total_tables(4 * MAX_INSTANCES)
-            .total_stacks(MAX_INSTANCES)
+        // Every plugin instance runs its calls on one fiber stack of its own.
+        pool.total_component_instances(totals.instances)
+            .total_core_instances(totals.core_instances)
+            .total_memories(totals.memories)
+            .total_tables(totals.tables)
+            .total_stacks(totals.instances)
             .max_memory_size(4 << 30);
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
