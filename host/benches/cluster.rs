@@ -3,8 +3,9 @@
 //!
 //! Run with `cargo bench -p tenure --bench cluster` from the workspace root (several
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
-//! `peers`, `handover`, `traffic`, `convergence` (default: all; `peers` needs
-//! `scripts/bench-peers-setup` run once); `TENURE_BENCH_TRIALS` sets the trials of
+//! `peers`, `calm`, `handover`, `traffic`, `convergence` (default: all; `peers` needs
+//! `scripts/bench-peers-setup` run once); `TENURE_BENCH_CALM_S` the length of `calm`
+//! (default 600: the 10 minutes); `TENURE_BENCH_TRIALS` sets the trials of
 //! failover, peers and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
 //! count of `convergence` (default 10000), `TENURE_BENCH_SETTLE_MS` a pause after the
 //! killed node is back before the next failover trial (default 0; 11000 lets the peers'
@@ -28,6 +29,9 @@
 //!    against etcd (one server; and 3 members, one beside each contender) and ZooKeeper
 //!    (one server, kazoo), 3 contenders each, at the same TTLs where the peer allows
 //!    them: kill -9 of the lock holder → the next holder's acquisition.
+//!    **Calm** (the failover set-up at TTL 500 ms, nothing killed, `TENURE_BENCH_CALM_S`):
+//!    moves and restarts (`plugin.started` after the first), sessions expired, leases
+//!    lost and elections (the growth of the Raft term); target: no move.
 //! 2. **Handover** (3 nodes; target p99 ≤ 20 ms). `tenure move hb --to NODE` with the
 //!    operator certificate; timed: the predecessor's `plugin.cleanup` (written when
 //!    cleanup ended) → the successor's `plugin.started`, and the command → each.
@@ -103,7 +107,14 @@ const KEEP: &[&str] = &[
 fn main() -> anyhow::Result<()> {
     let sections = env_list(
         "TENURE_BENCH",
-        &["failover", "peers", "handover", "traffic", "convergence"],
+        &[
+            "failover",
+            "peers",
+            "calm",
+            "handover",
+            "traffic",
+            "convergence",
+        ],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
     let settle = Duration::from_millis(env_usize("TENURE_BENCH_SETTLE_MS", 0)? as u64);
@@ -121,6 +132,10 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(tools) = &peer_tools {
         peers::peers_section(tools, trials, &mut table)?;
+    }
+    if has("calm") {
+        let calm = Duration::from_secs(env_usize("TENURE_BENCH_CALM_S", 600)? as u64);
+        calm_section(&heartbeat, Duration::from_millis(500), calm, &mut table)?;
     }
     if has("handover") {
         handover_section(&heartbeat, trials, &mut table)?;
@@ -288,6 +303,79 @@ fn failover_section(
             table.row(&label, &summary, "ms", 1, "", &load);
         }
     }
+    cluster.check_no_failures()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Calm
+// ---------------------------------------------------------------------------------------
+
+/// Nothing is killed for `calm`: the failover set-up (3 nodes, `hb` with one ticket) left
+/// alone. Any `plugin.started` after the first owner is a spurious move or restart, any
+/// `session.expired` or `lease.lost` a spurious loss, and the term's growth counts the
+/// elections (target at 500 ms: no spurious move in 10 minutes).
+fn calm_section(
+    heartbeat: &Path,
+    ttl: Duration,
+    calm: Duration,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let ttl_ms = millis(ttl);
+    println!(
+        "\n== calm: {} s at TTL {ttl_ms:.0} ms, 3 nodes, nothing killed ==",
+        calm.as_secs()
+    );
+    let mut cluster = Cluster::new(3, ttl)?;
+    let grace = (ttl / 5).min(Duration::from_millis(500));
+    let manifest = format!(
+        "resource = \"hb\"\ntickets = 1\n[limits]\nstop_grace = \"{}ms\"\n",
+        grace.as_millis()
+    );
+    cluster.install_everywhere(HB, Some(&manifest), heartbeat)?;
+    cluster.start_all()?;
+    cluster.wait_ready(WAIT)?;
+    let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
+    println!(
+        "  owner {} (token {token}); watching for {} s",
+        cluster.name(owner),
+        calm.as_secs()
+    );
+    let counts =
+        |c: &Cluster| ["plugin.started", "session.expired", "lease.lost"].map(|e| c.count_all(e));
+    let term = |c: &Cluster| -> anyhow::Result<f64> {
+        (0..3)
+            .map(|i| Ok(c.scrape(i)?.sum("tenure_raft_term")))
+            .try_fold(0f64, |max, t: anyhow::Result<f64>| Ok(max.max(t?)))
+    };
+    let before = counts(&cluster);
+    let term_before = term(&cluster)?;
+    let started = Instant::now();
+    while started.elapsed() < calm {
+        thread::sleep(Duration::from_secs(1).min(calm - started.elapsed()));
+        if started.elapsed().as_secs().is_multiple_of(60) {
+            let now = counts(&cluster);
+            println!(
+                "  {:4} s: starts +{}, expiries +{}, leases lost +{}",
+                started.elapsed().as_secs(),
+                now[0] - before[0],
+                now[1] - before[1],
+                now[2] - before[2]
+            );
+        }
+    }
+    let after = counts(&cluster);
+    let elections = term(&cluster)? - term_before;
+    let load = load_average();
+    let label = format!("calm, TTL {ttl_ms:.0} ms, {} s", calm.as_secs());
+    let text = format!(
+        "{} moves or restarts, {} sessions expired, {} leases lost, {elections:.0} elections",
+        after[0] - before[0],
+        after[1] - before[1],
+        after[2] - before[2]
+    );
+    println!("{label}: {text} (target: no move)");
+    table.rows.push([label, text, "0 moves".into(), load]);
     cluster.check_no_failures()?;
     Ok(())
 }

@@ -16,7 +16,7 @@
 //!
 //! `TENURE_SCALE` sets the sizes, e.g. `TENURE_SCALE=5x10000,50x100000` (default
 //! `5x10000,10x20000,20x50000,40x100000`). Sizes above what the pool lets nodes run
-//! (`placement::MAX_SLOTS` per node) leave slots pending, as a real cluster would.
+//! (`placement::CAPACITY` per node) leave slots pending, as a real cluster would.
 //! Nothing here is timed against a target: it prints figures, and the extrapolation is
 //! in ARCHITECTURE.md ("Scale").
 
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use tenure::cluster::{Advert, Cluster, Command, Response};
+use tenure::cluster::{Advert, Cluster, Command, Pool, Response};
 use tenure::placement;
 
 /// The wall clock the commands carry.
@@ -72,6 +72,13 @@ fn measure(nodes: usize, resources: usize) -> anyhow::Result<()> {
                 digest: format!("sha256:{}", "a".repeat(64)),
                 tickets: 1,
                 require: BTreeMap::new(),
+                // The Rust heartbeat's footprint, as `plugin check` reports it.
+                footprint: Pool {
+                    instances: 1,
+                    core_instances: 3,
+                    memories: 1,
+                    tables: 2,
+                },
             };
             (name, advert)
         })
