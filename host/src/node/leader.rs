@@ -26,6 +26,8 @@ use crate::cluster::{Command, Response};
 use crate::events;
 use crate::placement;
 
+/// Most commands proposed in one log entry: keeps entries well under the frame limit.
+const BATCH: usize = 500;
 /// Placement also runs this often without any state change (cooldowns and the minimum
 /// term before a rebalance pass with time).
 const REPLAN_EVERY: Duration = Duration::from_secs(1);
@@ -223,16 +225,11 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
         }
         planned_at = Some((index, Instant::now()));
         let plan = shared.read(|c| placement::plan(c, now_ms(), &options));
-        let max_bytes = shared.control.max_command() / 2;
-        let proposals = super::batches::split(plan.commands, max_bytes)
-            .into_iter()
-            .map(|batch| shared.propose_batch(batch));
-        let failed = futures::future::join_all(proposals)
-            .await
-            .into_iter()
-            .find_map(Result::err);
-        if let Some(error) = failed {
-            tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot carry out the placement plan");
+        for chunk in plan.commands.chunks(BATCH) {
+            if let Err(error) = shared.propose_batch(chunk.to_vec()).await {
+                tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot carry out the placement plan");
+                break;
+            }
         }
     }
 }

@@ -6,7 +6,6 @@
 //! - `adverts.rs`: the adverts proposed to the cluster, as differences in bounded parts;
 //! - `session.rs`: its session, renewed with the leader, and the lease deadline;
 //! - `leader.rs`: while it leads, session expiry and the placement plan;
-//! - `batches.rs`: the plan's commands in log entries as large as allowed, pipelined;
 //! - `owner.rs`: the slots granted to it, run by supervisors;
 //! - `grants.rs`: restarts, releases and fenced state saves as Raft commands;
 //! - `admin.rs`: operator requests.
@@ -19,7 +18,6 @@
 
 mod admin;
 mod adverts;
-mod batches;
 mod datadir;
 mod grants;
 mod handoff;

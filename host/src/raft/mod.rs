@@ -477,12 +477,6 @@ impl Control {
         }
     }
 
-    /// The largest encoded command or batch [`Control::propose`] accepts
-    /// ([`ControlOptions::max_command`]).
-    pub fn max_command(&self) -> usize {
-        self.shared.options.max_command()
-    }
-
     /// The applied cluster state. Hold the lock briefly: applying waits for it.
     pub fn state(&self) -> Arc<RwLock<Cluster>> {
         self.shared.cluster.clone()
