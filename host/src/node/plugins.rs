@@ -371,3 +371,46 @@ impl Folder {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Manifest, Secrets};
+
+    /// A folder entry whose wasm is not wasm: its load ends at once, refused.
+    fn bad_entry(name: &str) -> Entry {
+        Entry {
+            name: name.to_owned(),
+            wasm_path: format!("{name}.wasm").into(),
+            wasm: Arc::from(&b"not wasm"[..]),
+            digest: format!("sha256:{name}"),
+            manifest: Manifest::parse(name, "").expect("an empty manifest is the defaults"),
+            secrets: Secrets::default(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_load_that_has_ended_is_taken_in_one_pass() {
+        let runtime = Arc::new(Runtime::new(None).expect("an engine"));
+        let mut folder = Folder::new(runtime, LeaseTiming::default());
+        for k in 0..50 {
+            folder.apply(Change::Upsert(Box::new(bad_entry(&format!("p{k:02}")))));
+        }
+        assert!(folder.loading());
+        // Wait (bounded) until every load task has ended, then take them: one call.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !folder.loading.values().all(|p| p.task.is_finished()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "loads did not end within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!folder.next_loaded().await, "refused loads change nothing");
+        assert!(
+            !folder.loading(),
+            "{} of 50 ended loads were left for later passes",
+            folder.loading.len()
+        );
+    }
+}
