@@ -41,8 +41,11 @@ pub struct Folder {
     reported: BTreeSet<String>,
     /// The loads under way, each the newest version of its plugin.
     loading: BTreeMap<String, Pending>,
-    tasks: JoinSet<(Entry, Result<Plugin, LoadError>)>,
+    tasks: JoinSet<Loading>,
 }
+
+/// What a load task returns: the plugin's entry and the load's outcome.
+type Loading = (Entry, Result<Plugin, LoadError>);
 
 /// A load under way: which version, and its task.
 struct Pending {
@@ -245,42 +248,55 @@ impl Folder {
         }
     }
 
-    /// Waits for the next load to end and publishes it; returns whether the loaded set
-    /// changed. Pending forever when nothing is loading.
+    /// Waits for the next load to end, then takes every other load that has ended too,
+    /// and publishes them; returns whether the loaded set changed. Pending forever when
+    /// nothing is loading.
+    ///
+    /// Taking all that ended at once matters for a large folder: each return makes the
+    /// node rebuild its plugin list and adverts (O(plugins)) and reconcile its slots, so
+    /// returning once per plugin made loading 10,000 plugins quadratic.
     pub async fn next_loaded(&mut self) -> bool {
-        loop {
-            let Some(ended) = self.tasks.join_next_with_id().await else {
-                return std::future::pending().await;
-            };
-            let (entry, loaded) = match ended {
-                Ok((_, done)) => done,
-                // Abandoned: a newer version or a removal replaced it.
-                Err(e) if e.is_cancelled() => continue,
-                Err(e) => {
-                    // A bug in the load path; the plugin is reported, not retried.
-                    let id = e.id();
-                    if let Some(name) = self.name_of(id) {
-                        self.loading.remove(&name);
-                        tracing::error!(event = events::CATALOG_REJECTED, plugin = %name, error = %e, "{name}: the load failed: {e}");
-                    }
-                    continue;
+        let Some(first) = self.tasks.join_next_with_id().await else {
+            return std::future::pending().await;
+        };
+        let mut changed = self.take(first);
+        while let Some(ended) = self.tasks.try_join_next_with_id() {
+            changed |= self.take(ended);
+        }
+        changed
+    }
+
+    /// Publishes one ended load if it is still the current version of its plugin;
+    /// returns whether the loaded set changed.
+    fn take(&mut self, ended: Result<(Id, Loading), tokio::task::JoinError>) -> bool {
+        let (entry, loaded) = match ended {
+            Ok((_, done)) => done,
+            // Abandoned: a newer version or a removal replaced it.
+            Err(e) if e.is_cancelled() => return false,
+            Err(e) => {
+                // A bug in the load path; the plugin is reported, not retried.
+                let id = e.id();
+                if let Some(name) = self.name_of(id) {
+                    self.loading.remove(&name);
+                    tracing::error!(event = events::CATALOG_REJECTED, plugin = %name, error = %e, "{name}: the load failed: {e}");
                 }
-            };
-            let current = self
-                .loading
-                .get(&entry.name)
-                .is_some_and(|p| p.digest == entry.digest && p.manifest == entry.manifest);
-            if !current {
-                continue;
+                return false;
             }
-            self.loading.remove(&entry.name);
-            return match self.finish(entry, loaded) {
-                Some(loaded) => {
-                    self.loaded.insert(loaded.entry.name.clone(), loaded);
-                    true
-                }
-                None => false,
-            };
+        };
+        let current = self
+            .loading
+            .get(&entry.name)
+            .is_some_and(|p| p.digest == entry.digest && p.manifest == entry.manifest);
+        if !current {
+            return false;
+        }
+        self.loading.remove(&entry.name);
+        match self.finish(entry, loaded) {
+            Some(loaded) => {
+                self.loaded.insert(loaded.entry.name.clone(), loaded);
+                true
+            }
+            None => false,
         }
     }
 
@@ -355,5 +371,48 @@ impl Folder {
             entry.wasm_path.display(),
         );
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Manifest, Secrets};
+
+    /// A folder entry whose wasm is not wasm: its load ends at once, refused.
+    fn bad_entry(name: &str) -> Entry {
+        Entry {
+            name: name.to_owned(),
+            wasm_path: format!("{name}.wasm").into(),
+            wasm: Arc::from(&b"not wasm"[..]),
+            digest: format!("sha256:{name}"),
+            manifest: Manifest::parse(name, "").expect("an empty manifest is the defaults"),
+            secrets: Secrets::default(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_load_that_has_ended_is_taken_in_one_pass() {
+        let runtime = Arc::new(Runtime::new(None).expect("an engine"));
+        let mut folder = Folder::new(runtime, LeaseTiming::default());
+        for k in 0..50 {
+            folder.apply(Change::Upsert(Box::new(bad_entry(&format!("p{k:02}")))));
+        }
+        assert!(folder.loading());
+        // Wait (bounded) until every load task has ended, then take them: one call.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !folder.loading.values().all(|p| p.task.is_finished()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "loads did not end within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!folder.next_loaded().await, "refused loads change nothing");
+        assert!(
+            !folder.loading(),
+            "{} of 50 ended loads were left for later passes",
+            folder.loading.len()
+        );
     }
 }

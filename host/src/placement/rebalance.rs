@@ -10,10 +10,24 @@
 //! the least loaded target first, and falls back to other pairs when the resources of the
 //! source cannot go to the target (labels, versions, a slot of it already there).
 //!
+//! **Young slots and arriving nodes.** A slot held less than [`Options::min_term_ms`]
+//! moves only to a node that holds at most half as many slots as its owner. The minimum
+//! term keeps a slot from being interrupted again soon after its grant when loads differ
+//! a little, which is ordinary churn. A node holding half or less of what another holds
+//! is not churn: it is arriving (it started, or advertised its plugins, after the others
+//! had taken the slots), and waiting the term would leave it idle while others run
+//! twice its share. So a node that arrives gets slots at once, until it holds half of
+//! what the most loaded node holds; the rest of the evening-out waits for the term. A
+//! young slot can be moved again only to a node holding at most half as many as its new
+//! owner, that is when yet another node arrives. The anti-flapping guarantee does not
+//! rest on the term: every move still lowers the sum of squared loads.
+//!
 //! Cost: per pair of nodes a cursor walks the source's slots once per plan. A slot passed
 //! over for a target stays unmovable to it for the rest of the plan (resources only become
-//! busy, the target only gains slots of busy resources, and time stands still), so no
-//! slot is looked at twice for the same pair.
+//! busy, the target only gains slots of busy resources, a source only loses slots, and
+//! time stands still), so no slot is looked at twice for the same pair. (A node that took
+//! slots in this plan and then becomes a source may have a young slot passed over that
+//! it could now give: the next plan moves it.)
 
 use std::collections::BTreeMap;
 
@@ -109,7 +123,8 @@ fn movable<'a>(
     let slots = &view.owned[src];
     while let Some(&(at, n, slot)) = slots.get(*cursor) {
         *cursor += 1;
-        if search.moved[at] || view.now_ms.saturating_sub(slot.since_ms) < search.min_term_ms {
+        let young = view.now_ms.saturating_sub(slot.since_ms) < search.min_term_ms;
+        if search.moved[at] || (young && !arriving(view, src, dst)) {
             continue;
         }
         let resource = &search.settled[at];
@@ -122,4 +137,10 @@ fn movable<'a>(
         }
     }
     None
+}
+
+/// Whether `dst` holds at most half as many slots as `src`: it is arriving, and young
+/// slots of `src` may move to it (see the module doc).
+fn arriving(view: &View<'_>, src: usize, dst: usize) -> bool {
+    view.load[dst] * 2 <= view.load[src]
 }
