@@ -236,6 +236,7 @@ fn failover_section(
     let mut leader_killed = Vec::new();
     let mut follower_killed = Vec::new();
     let mut expiry = Vec::new();
+    let mut elections = Vec::new();
     for trial in 0..trials {
         cluster.wait_ready(WAIT)?;
         let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
@@ -260,8 +261,19 @@ fn failover_section(
                 && e.at_us > killed_us)
                 .then(|| (e.at_us - killed_us) as f64 / 1000.0)
         });
+        // When the owner led: a survivor's `cluster.leader` naming the next leader.
+        let elected = if was_leader {
+            cluster.find_event(|_, e| {
+                (e.name == "cluster.leader"
+                    && e.str("node") != Some(cluster.name(owner))
+                    && e.at_us > killed_us)
+                    .then(|| (e.at_us - killed_us) as f64 / 1000.0)
+            })
+        } else {
+            None
+        };
         println!(
-            "  trial {:2}: killed {} ({}), {} started after {latency:.1} ms{}",
+            "  trial {:2}: killed {} ({}), {} started after {latency:.1} ms{}{}",
             trial + 1,
             cluster.name(owner),
             if was_leader { "leader" } else { "follower" },
@@ -269,7 +281,9 @@ fn failover_section(
             expired.map_or(String::new(), |ms| format!(
                 " (expiry committed at {ms:.1} ms)"
             )),
+            elected.map_or(String::new(), |ms| format!(" (new leader at {ms:.1} ms)")),
         );
+        elections.extend(elected);
         all.push(latency);
         if was_leader {
             leader_killed.push(latency);
@@ -296,6 +310,7 @@ fn failover_section(
         ("the owner led", leader_killed),
         ("the owner followed", follower_killed),
         ("kill → expiry committed", expiry),
+        ("kill → a new leader named (the owner led)", elections),
     ] {
         if !sample.is_empty() {
             let summary = Summary::of(sample);
