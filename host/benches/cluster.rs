@@ -73,7 +73,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
-use common::{Summary, micros, millis, print_machine};
+use common::{Summary, load_average, micros, millis, print_machine};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -195,14 +195,6 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
             .with_context(|| format!("{name}={text:?} is not a number")),
         Err(_) => Ok(default),
     }
-}
-
-fn load_average() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -24,8 +24,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use common::{Summary, load_average, micros, millis, print_machine};
 use tenure::cluster::{Advert, Cluster, Command, Pool, Response};
 use tenure::placement;
+
+mod common;
 
 /// The wall clock the commands carry.
 const T0: u64 = 1_000_000;
@@ -33,7 +36,7 @@ const T0: u64 = 1_000_000;
 fn main() -> anyhow::Result<()> {
     let sizes = std::env::var("TENURE_SCALE")
         .unwrap_or_else(|_| "5x10000,10x20000,20x50000,40x100000".into());
-    println!("load average before: {}", load_average());
+    print_machine("before");
     for size in sizes.split(',') {
         let (nodes, resources) = size
             .split_once('x')
@@ -41,7 +44,7 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("TENURE_SCALE: {size:?} is not NODESxRESOURCES"))?;
         measure(nodes, resources)?;
     }
-    println!("load average after: {}", load_average());
+    print_machine("after");
     Ok(())
 }
 
@@ -133,26 +136,19 @@ fn measure(nodes: usize, resources: usize) -> anyhow::Result<()> {
     );
     println!(
         "  grant: {:.2} µs per Assign applied ({grants} grants in {} ms, {} plans)",
-        apply_time.as_secs_f64() * 1e6 / grants.max(1) as f64,
+        micros(apply_time) / grants.max(1) as f64,
         ms(apply_time),
         plans.len()
     );
-    let steady: Vec<Duration> = (0..5)
+    let steady: Vec<f64> = (0..5)
         .map(|_| {
             let started = Instant::now();
             let plan = placement::plan(&world.cluster, now_ms, &options);
             assert!(plan.commands.is_empty(), "a settled state plans nothing");
-            started.elapsed()
+            millis(started.elapsed())
         })
         .collect();
-    let mut sorted = steady.clone();
-    sorted.sort();
-    println!(
-        "  plan, steady: {} ms median ({}–{}, 5 runs)",
-        ms(sorted[2]),
-        ms(sorted[0]),
-        ms(sorted[4])
-    );
+    println!("  plan, steady: {}", Summary::of(steady).describe("ms", 1));
     let started = Instant::now();
     let bytes = postcard::to_allocvec(&world.cluster)?;
     let encode = started.elapsed();
@@ -173,13 +169,5 @@ fn measure(nodes: usize, resources: usize) -> anyhow::Result<()> {
 }
 
 fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1000.0)
-}
-
-fn load_average() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
+    format!("{:.1}", millis(d))
 }

@@ -50,13 +50,20 @@ pub fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// The 1-, 5- and 15-minute load averages, e.g. `1.64 2.18 5.42`.
+pub fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Prints the core count and load average, e.g. `machine before: 2 cores, load …`.
 pub fn print_machine(when: &str) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
     println!(
         "machine {when}: {cores} cores, load average {}",
-        load.join(" ")
+        load_average()
     );
 }
