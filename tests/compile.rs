@@ -147,20 +147,7 @@ fn a_rust_plugin_starts_before_cold_python_and_javascript_plugins_finish_compili
 
 #[test]
 fn sigterm_during_a_compile_exits_without_waiting_and_leaves_no_cache_entry() {
-    let poly = polyglot_plugins();
-    let mut node = Node::new("sigterm");
-    install(
-        &node,
-        "counter-py",
-        &std::fs::read(&poly.counter_py).unwrap(),
-        "",
-    );
-    node.spawn();
-    node.wait_for(
-        "the compile to begin",
-        is("plugin.compiling").with("plugin", "counter-py").f(),
-        WAIT,
-    );
+    let mut node = compiling_python("sigterm");
     node.signal(libc::SIGTERM);
     let status = node.wait_exit(WAIT);
     assert!(status.success(), "the node exits 0 on SIGTERM: {status}");
@@ -332,20 +319,7 @@ fn bytes_read(pid: u32) -> u64 {
 /// up to 4 GiB.
 #[test]
 fn a_compiler_process_dies_with_a_node_killed_during_the_compile() {
-    let poly = polyglot_plugins();
-    let mut node = Node::new("orphan");
-    install(
-        &node,
-        "counter-py",
-        &std::fs::read(&poly.counter_py).unwrap(),
-        "",
-    );
-    node.spawn();
-    node.wait_for(
-        "the compile to begin",
-        is("plugin.compiling").with("plugin", "counter-py").f(),
-        WAIT,
-    );
+    let mut node = compiling_python("orphan");
     // The child's command line is `tenure __compile <data dir>/cache/<digest>`: the data
     // dir is this test's own, so no other test's compiler matches.
     let needle = node.data_dir().join("cache").display().to_string();
@@ -365,7 +339,9 @@ fn a_compiler_process_dies_with_a_node_killed_during_the_compile() {
     // Killed while the node still feeds it the wasm, the child would read a truncated
     // input and fail by itself: wait until it has read the key and all of the wasm, and
     // so compiles (`rchar` counts every byte its reads returned).
-    let wasm_len = std::fs::metadata(&poly.counter_py).unwrap().len();
+    let wasm_len = std::fs::metadata(&polyglot_plugins().counter_py)
+        .unwrap()
+        .len();
     let fed = std::time::Instant::now() + COMPILE_WAIT;
     while children.iter().map(|pid| bytes_read(*pid)).max() < Some(32 + wasm_len) {
         assert!(
@@ -439,4 +415,23 @@ fn a_compiler_process_whose_node_is_gone_exits_at_once() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("run by the node only"), "{stderr}");
     assert!(!out.exists(), "nothing is written");
+}
+
+/// A node of its own, named `name`, with the Python counter in its folder and a cold
+/// cache: spawned, and compiling it.
+fn compiling_python(name: &str) -> Node {
+    let mut node = Node::new(name);
+    install(
+        &node,
+        "counter-py",
+        &std::fs::read(&polyglot_plugins().counter_py).unwrap(),
+        "",
+    );
+    node.spawn();
+    node.wait_for(
+        "the compile to begin",
+        is("plugin.compiling").with("plugin", "counter-py").f(),
+        WAIT,
+    );
+    node
 }
