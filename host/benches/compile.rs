@@ -45,9 +45,8 @@ mod common;
 #[path = "common/plugins.rs"]
 mod plugins;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
@@ -424,33 +423,14 @@ struct NodeProcess {
 
 impl NodeProcess {
     fn spawn(dirs: &Dirs) -> anyhow::Result<Self> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
-        command.args(["run", "--log-format", "json"]);
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if key.starts_with("TENURE_") || key == "RUST_LOG" {
-                command.env_remove(&*key);
-            }
-        }
+        let root = dirs.root.path();
+        let mut command = plugins::tenure_run(root, &root.join("data"), &root.join("plugins"));
         command
-            .env("TENURE_DATA_DIR", dirs.root.path().join("data"))
-            .env("TENURE_PLUGINS_DIR", dirs.root.path().join("plugins"))
             .env("TENURE_LISTEN", "127.0.0.1:0")
-            .current_dir(dirs.root.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let spawned = Instant::now();
         let mut child = command.spawn().context("spawning tenure")?;
-        let stdout = child.stdout.take().context("no stdout pipe")?;
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send((Instant::now(), line)).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = plugins::timed_lines(child.stdout.take().context("no stdout pipe")?);
         Ok(Self {
             child,
             spawned,

@@ -616,34 +616,12 @@ struct NodeProcess {
 
 impl NodeProcess {
     fn spawn(dirs: &NodeDirs) -> anyhow::Result<Self> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
-        command.args(["run", "--log-format", "json"]);
-        // The developer's own settings must not change the node's behaviour.
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if key.starts_with("TENURE_") || key == "RUST_LOG" {
-                command.env_remove(&*key);
-            }
-        }
-        command
-            .env("TENURE_DATA_DIR", dirs.data())
-            .env("TENURE_PLUGINS_DIR", dirs.plugins())
-            .current_dir(dirs.root.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = plugins::tenure_run(dirs.root.path(), &dirs.data(), &dirs.plugins());
+        command.stderr(Stdio::piped());
         let spawned = Instant::now();
         let mut child = command.spawn().context("spawning tenure")?;
-        let stdout = child.stdout.take().context("no stdout pipe")?;
+        let lines = plugins::timed_lines(child.stdout.take().context("no stdout pipe")?);
         let mut stderr = child.stderr.take().context("no stderr pipe")?;
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send((Instant::now(), line)).is_err() {
-                    break;
-                }
-            }
-        });
         let stderr = thread::spawn(move || {
             let mut text = String::new();
             let _ = stderr.read_to_string(&mut text);

@@ -8,9 +8,11 @@
 //! it (common/mod.rs is shared with benchmarks that do not link the runtime).
 
 use std::future::Future;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -235,4 +237,38 @@ pub fn build_script(target: &Path, name: &str) -> anyhow::Result<PathBuf> {
         .status()?;
     ensure!(status.success(), "plugins/{name}/build.sh failed");
     Ok(out)
+}
+
+/// `tenure run --log-format json` in `dir`, with its data dir and plugins folder, and
+/// without the developer's own `TENURE_*` and `RUST_LOG` settings (they must not change
+/// the node's behaviour); stdin closed, stdout piped. The caller sets the rest.
+pub fn tenure_run(dir: &Path, data: &Path, plugins: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command.args(["run", "--log-format", "json"]);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("TENURE_") || key == "RUST_LOG" {
+            command.env_remove(&*key);
+        }
+    }
+    command
+        .env("TENURE_DATA_DIR", data)
+        .env("TENURE_PLUGINS_DIR", plugins)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    command
+}
+
+/// The lines of a node's stdout, each with the time it was read, from a thread of its own.
+pub fn timed_lines(stdout: ChildStdout) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
