@@ -72,6 +72,9 @@ pub struct Entry {
     /// name and value ([`version_digest`]). So a changed secret file is a new version, rolled
     /// out by handover like a changed wasm file.
     pub digest: String,
+    /// The SHA-256 of the wasm bytes, in hex: what the runtime's compile cache and its
+    /// shared builds are keyed by.
+    pub wasm_digest: String,
     pub manifest: Manifest,
     /// The values of the manifest's `secrets`, read when the plugin was read.
     pub secrets: Secrets,
@@ -101,10 +104,10 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
-/// The digest that names a plugin version (see [`Entry::digest`]). Each field is
-/// length-prefixed, so no two different sets of secrets hash the same input.
-pub fn version_digest(wasm: &[u8], secrets: &Secrets) -> String {
-    let wasm_digest = Sha256::digest(wasm);
+/// The digest that names a plugin version (see [`Entry::digest`]), from the wasm bytes'
+/// SHA-256. Each field is length-prefixed, so no two different sets of secrets hash the
+/// same input.
+fn version_digest(wasm_digest: &[u8], secrets: &Secrets) -> String {
     if secrets.is_empty() {
         return format!("sha256:{}", hex::encode(wasm_digest));
     }
@@ -240,8 +243,10 @@ pub fn read_plugin(
     };
     let dir = wasm_path.parent().unwrap_or(Path::new("."));
     let secrets = read_secrets(dir, &manifest)?;
+    let wasm_digest = Sha256::digest(&wasm);
     Ok(Entry {
-        digest: version_digest(&wasm, &secrets),
+        digest: version_digest(&wasm_digest, &secrets),
+        wasm_digest: hex::encode(wasm_digest),
         name,
         wasm_path: wasm_path.to_path_buf(),
         wasm,
@@ -285,7 +290,26 @@ async fn watch_with(dir: PathBuf, changes: mpsc::Sender<Change>, options: WatchO
             events.follow(&dir);
         }
         looks += 1;
-        let mut batch = watcher.poll(&dir, first);
+        // A look reads and hashes every new or changed plugin (10,000 files in a large
+        // folder): on a blocking thread, so that it does not hold the node's runtime,
+        // where Raft's heartbeats and the lease renewals run.
+        let looked = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || {
+                let batch = watcher.poll(&dir, first);
+                (watcher, batch)
+            }
+        })
+        .await;
+        let mut batch;
+        (watcher, batch) = match looked {
+            Ok(looked) => looked,
+            // The look panicked (a bug): the watch ends, as the panic would have ended it.
+            Err(error) => {
+                tracing::error!(event = crate::events::CATALOG_REJECTED, path = %dir.display(), %error, "the watch of the plugins folder failed: {error}");
+                return looks;
+            }
+        };
         if first {
             batch.push(Change::InitialScanComplete);
             first = false;
@@ -588,6 +612,63 @@ mod tests {
         let temp = dir.join(format!(".{name}.tmp"));
         std::fs::write(&temp, bytes).unwrap();
         std::fs::rename(&temp, dir.join(format!("{name}.wasm"))).unwrap();
+    }
+
+    /// A look reads every new plugin's files, 10,000 of them in a large folder: that must
+    /// not hold the node's runtime, which also runs Raft's heartbeats and the lease
+    /// renewals. The look is made to wait on a file read (a secret that is a named pipe,
+    /// nobody writing yet), on a runtime with one thread; another task on it must still run,
+    /// and only then is the pipe written.
+    #[test]
+    fn a_look_at_the_folder_does_not_hold_the_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.wasm"), b"\0asm\x0d\0\x01\0").unwrap();
+        std::fs::write(
+            dir.path().join("a.toml"),
+            "[capabilities]\nsecrets = { TOKEN = \"token\" }\n",
+        )
+        .unwrap();
+        let pipe = dir.path().join("token");
+        let c_path = std::ffi::CString::new(pipe.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel();
+        // Writes the pipe once a task ran beside the look, or after the bound (so the test
+        // ends either way), and says which.
+        let writer = std::thread::spawn(move || {
+            let ran = ran_rx.recv_timeout(WAIT).is_ok();
+            std::fs::write(&pipe, "hunter2\n").unwrap();
+            ran
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let entry = runtime.block_on(async {
+            let (tx, mut rx) = mpsc::channel(64);
+            let _watch = tokio::spawn(watch_with(
+                dir.path().to_path_buf(),
+                tx,
+                WatchOptions::default(),
+            ));
+            tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                let _ = ran_tx.send(());
+            });
+            next(&mut rx).await
+        });
+        assert!(
+            writer.join().unwrap(),
+            "no other task ran while the look at the folder waited on a file"
+        );
+        let Change::Upsert(entry) = entry else {
+            panic!("expected an upsert, got {entry:?}")
+        };
+        assert_eq!(
+            entry.secrets.iter().collect::<Vec<_>>(),
+            [("TOKEN", "hunter2")]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

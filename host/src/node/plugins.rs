@@ -227,7 +227,7 @@ impl Folder {
         );
         let task = self.tasks.spawn(async move {
             let loaded = runtime
-                .load_off_thread(&entry.name, entry.wasm.clone())
+                .load_off_thread(&entry.name, entry.wasm.clone(), &entry.wasm_digest)
                 .await;
             (entry, loaded)
         });
@@ -386,6 +386,7 @@ mod tests {
             wasm_path: format!("{name}.wasm").into(),
             wasm: Arc::from(&b"not wasm"[..]),
             digest: format!("sha256:{name}"),
+            wasm_digest: name.to_owned(),
             manifest: Manifest::parse(name, "").expect("an empty manifest is the defaults"),
             secrets: Secrets::default(),
         }

@@ -286,9 +286,9 @@ pub struct Runtime {
     /// Where cache misses compile: a child process (a node), or in process (`None`:
     /// `tenure plugin check`, tests, benchmarks).
     compiler: Option<compiler::Compiler>,
-    /// The components loaded plugins hold, by wasm digest: plugin files with the same
-    /// wasm share one copy of its code.
-    components: Mutex<HashMap<String, Weak<Component>>>,
+    /// The builds loaded plugins hold, by wasm digest: plugin files with the same wasm
+    /// share one copy of its code, its checked imports and its footprint.
+    builds: Mutex<HashMap<String, Weak<Build>>>,
     /// One lock per wasm digest being loaded: a second file with the same wasm waits
     /// for the first load and then shares its component, instead of compiling or
     /// deserializing again (ten thousand copies of one plugin compile once).
@@ -297,12 +297,19 @@ pub struct Runtime {
     compiles_here: AtomicUsize,
 }
 
+/// A compiled component checked against the world, with its footprint: what every
+/// plugin loaded from the same wasm shares.
+struct Build {
+    component: Component,
+    pre: bindings::OwnedTaskPre<HostState>,
+    footprint: Footprint,
+}
+
 /// A compiled plugin version, ready to instantiate.
 pub struct Plugin {
-    pre: bindings::OwnedTaskPre<HostState>,
+    /// Keeps the build in [`Runtime`]'s shared set while this version is loaded.
+    build: Arc<Build>,
     engine: Engine,
-    /// Keeps the component in [`Runtime`]'s shared set while this version is loaded.
-    component: Arc<Component>,
     /// `sha256:<hex>` of the wasm bytes.
     pub digest: String,
     /// Whether the compiled code came from the cache.
@@ -356,7 +363,7 @@ impl Runtime {
             cache,
             pooling,
             compiler: None,
-            components: Mutex::default(),
+            builds: Mutex::default(),
             loading: Mutex::default(),
             compiles_here: AtomicUsize::new(0),
         })
@@ -389,7 +396,10 @@ impl Runtime {
         check_header(wasm)?;
         let started = Instant::now();
         let digest = cache::digest(wasm);
-        let (component, cache) = match self.found(&digest) {
+        if let Some(build) = self.shared(&digest) {
+            return Ok(self.plugin(build, &digest, CacheUse::Shared, started));
+        }
+        let (component, cache) = match self.cached(&digest) {
             Some(found) => found,
             None => self.compile_here(&digest, wasm)?,
         };
@@ -399,18 +409,18 @@ impl Runtime {
     /// The node's load: like [`Runtime::load`], but a cache miss compiles in a child
     /// process (if [`Runtime::compile_in_child`] was called) that the caller awaits, and
     /// the cache reads run on blocking threads, so no runtime worker waits on either.
-    /// `plugin` names the plugin in the `plugin.compiling` event.
+    /// `plugin` names the plugin in the `plugin.compiling` event; `digest` is the
+    /// SHA-256 of `wasm` in hex, as the catalog computed it when it read the bytes (a
+    /// folder of 10,000 copies of one plugin is not hashed twice).
     pub async fn load_off_thread(
         self: Arc<Self>,
         plugin: &str,
         wasm: Arc<[u8]>,
+        digest: &str,
     ) -> Result<Plugin, LoadError> {
         check_header(&wasm)?;
         let started = Instant::now();
-        let digest = {
-            let wasm = wasm.clone();
-            blocking(move || cache::digest(&wasm)).await?
-        };
+        let digest = digest.to_owned();
         // One load per wasm digest at a time: a second file with the same wasm waits,
         // then finds the first one's component in the shared set (no second compile, no
         // second copy of the code).
@@ -446,9 +456,12 @@ impl Runtime {
         started: Instant,
     ) -> Result<Plugin, LoadError> {
         let digest = digest.to_string();
+        if let Some(build) = self.shared(&digest) {
+            return Ok(self.plugin(build, &digest, CacheUse::Shared, started));
+        }
         let found = {
             let (this, digest) = (self.clone(), digest.clone());
-            blocking(move || this.found(&digest)).await?
+            blocking(move || this.cached(&digest)).await?
         };
         let (component, cache) = match found {
             Some(found) => found,
@@ -478,7 +491,7 @@ impl Runtime {
                                 out.display()
                             ))
                         })?;
-                        (Arc::new(component), CacheUse::Miss)
+                        (component, CacheUse::Miss)
                     }
                     _ => {
                         let (this, digest, wasm) = (self.clone(), digest.clone(), wasm.clone());
@@ -491,43 +504,38 @@ impl Runtime {
         blocking(move || this.finish(&digest, &wasm, component, cache, started)).await?
     }
 
-    /// The component for `digest` without compiling: shared with a loaded plugin, or
-    /// from the cache.
-    fn found(&self, digest: &str) -> Option<(Arc<Component>, CacheUse)> {
-        let shared = self
-            .components
+    /// The build a loaded plugin with the same wasm holds, if any: nothing to read,
+    /// compile or check.
+    fn shared(&self, digest: &str) -> Option<Arc<Build>> {
+        self.builds
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(digest)
-            .and_then(Weak::upgrade);
-        if let Some(component) = shared {
-            return Some((component, CacheUse::Shared));
-        }
+            .and_then(Weak::upgrade)
+    }
+
+    /// The component for `digest` from the compile cache (reads a file).
+    fn cached(&self, digest: &str) -> Option<(Component, CacheUse)> {
         let component = self.cache.as_ref()?.get(&self.engine, digest)?;
-        Some((Arc::new(component), CacheUse::Hit))
+        Some((component, CacheUse::Hit))
     }
 
     /// Compiles in this process, storing the result in the cache if there is one.
-    fn compile_here(
-        &self,
-        digest: &str,
-        wasm: &[u8],
-    ) -> Result<(Arc<Component>, CacheUse), LoadError> {
+    fn compile_here(&self, digest: &str, wasm: &[u8]) -> Result<(Component, CacheUse), LoadError> {
         self.compiles_here.fetch_add(1, Ordering::Relaxed);
-        let (component, cache) = match &self.cache {
-            Some(cache) => cache.get_or_compile(&self.engine, digest, wasm)?,
-            None => (compile(&self.engine, wasm)?, CacheUse::Off),
-        };
-        Ok((Arc::new(component), cache))
+        match &self.cache {
+            Some(cache) => cache.get_or_compile(&self.engine, digest, wasm),
+            None => Ok((compile(&self.engine, wasm)?, CacheUse::Off)),
+        }
     }
 
     /// Checks `component` (compiled from `wasm`) against the world, takes its
-    /// footprint, and records it in the shared set.
+    /// footprint, and records the build in the shared set.
     fn finish(
         &self,
         digest: &str,
         wasm: &[u8],
-        component: Arc<Component>,
+        component: Component,
         cache: CacheUse,
         started: Instant,
     ) -> Result<Plugin, LoadError> {
@@ -538,20 +546,28 @@ impl Runtime {
         let pre = bindings::OwnedTaskPre::new(pre)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
         let footprint = Footprint::of(&component, wasm)?;
-        {
-            let mut shared = self.components.lock().unwrap_or_else(|e| e.into_inner());
-            shared.retain(|_, c| c.strong_count() > 0);
-            shared.insert(digest.to_string(), Arc::downgrade(&component));
-        }
-        Ok(Plugin {
-            pre,
-            engine: self.engine.clone(),
-            footprint,
+        let build = Arc::new(Build {
             component,
+            pre,
+            footprint,
+        });
+        {
+            let mut shared = self.builds.lock().unwrap_or_else(|e| e.into_inner());
+            shared.retain(|_, b| b.strong_count() > 0);
+            shared.insert(digest.to_string(), Arc::downgrade(&build));
+        }
+        Ok(self.plugin(build, digest, cache, started))
+    }
+
+    fn plugin(&self, build: Arc<Build>, digest: &str, cache: CacheUse, started: Instant) -> Plugin {
+        Plugin {
+            footprint: build.footprint,
+            build,
+            engine: self.engine.clone(),
             digest: format!("sha256:{digest}"),
             cache,
             load_time: started.elapsed(),
-        })
+        }
     }
 }
 
@@ -567,12 +583,13 @@ async fn blocking<T: Send + 'static>(
 impl Plugin {
     /// A fresh instance for `ctx`: a new store with its limits, then instantiation.
     pub async fn instantiate(&self, ctx: Arc<InstanceContext>) -> Result<Instance, Failure> {
-        Instance::new(&self.engine, &self.pre, ctx).await
+        Instance::new(&self.engine, &self.build.pre, ctx).await
     }
 
     /// The names of the interfaces the component imports.
     pub fn imports(&self) -> Vec<String> {
-        self.component
+        self.build
+            .component
             .component_type()
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
