@@ -87,7 +87,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-pub use config::{MAX_FRAME_LIMIT, TlsFiles, TransportConfig};
+pub use config::{MAX_FRAME_LIMIT, MAX_STREAMS_PER_CONNECTION, TlsFiles, TransportConfig};
 pub use error::TransportError;
 pub use handler::Handler;
 pub use peer::PeerInfo;

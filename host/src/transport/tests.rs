@@ -1210,6 +1210,11 @@ async fn keys_revoked_at_bind_are_refused_from_the_first_handshake() {
 #[test]
 fn settings_are_checked() {
     assert!(TransportConfig::default().validate().is_ok());
+    let widest = TransportConfig {
+        max_streams_per_connection: MAX_STREAMS_PER_CONNECTION,
+        ..TransportConfig::default()
+    };
+    assert!(widest.validate().is_ok());
     let bad = [
         TransportConfig {
             max_frame: 0,
@@ -1221,6 +1226,10 @@ fn settings_are_checked() {
         },
         TransportConfig {
             dial_timeout: Duration::ZERO,
+            ..TransportConfig::default()
+        },
+        TransportConfig {
+            max_streams_per_connection: MAX_STREAMS_PER_CONNECTION + 1,
             ..TransportConfig::default()
         },
     ];
