@@ -13,7 +13,9 @@
 //! most twice and each time on a new connection (`MAX_RETRIES`), only when the peer
 //! promised it had not processed the request (see `wire.rs`); that is what keeps a CA rotation free of failed requests. The body is
 //! made per attempt by the caller's closure, with the [`Local`] identity of the connection
-//! used, so a signed body is always signed with the key the peer sees on that connection.
+//! used, so a signed body is always signed with the key the peer sees on that connection;
+//! and only once the attempt holds a stream, so that a signed body's sequence number is
+//! never taken long before it can be sent (see `exchange`).
 //!
 //! What it deliberately does not do: retry anything else (a request that may have run is
 //! the caller's to resend, with the envelope layer's replay protection), back off, or
@@ -140,8 +142,8 @@ impl Shared {
 
     /// The request on a connection, and again on a new one (at most [`MAX_RETRIES`] times)
     /// if the peer refused it unprocessed. The body is made afresh for each connection,
-    /// with what we presented on it. Records the connection in use in `used` for the
-    /// timeout path.
+    /// with what we presented on it, once the attempt's stream is open. Records the
+    /// connection in use in `used` for the timeout path.
     async fn attempt(
         self: &Arc<Self>,
         peer: &str,

@@ -508,6 +508,10 @@ async fn requests_round_trip_in_both_directions() {
     let err = n1.ask(&n2, &vec![0u8; (1 << 20) + 1]).await.unwrap_err();
     assert!(matches!(err, TransportError::TooLarge { .. }), "{err}");
     assert!(!err.is_retryable());
+    // Its stream (opened before the body is made) was reset, not sent empty: the server
+    // saw no malformed request, and the connection carries on.
+    assert_eq!(n1.ask(&n2, b"after").await.unwrap(), b"after");
+    assert_eq!(n2.transport.stats().streams_rejected, 0);
 
     // Concurrent requests share one cached connection per direction.
     let mut tasks = Vec::new();
