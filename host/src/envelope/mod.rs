@@ -77,9 +77,10 @@
 //! the stream the request came on. Opening a stream waits for the receiver's stream credit,
 //! so a burst of calls waits *unsealed*; the envelopes sealed but not yet opened are those
 //! on streams in flight, at most `max_streams_per_connection` (64, capped at 256) per
-//! connection, and `crate::rpc` checks at compile time that four connections' worth (both
-//! directions, each with a retiring connection draining next to its successor) fit in the
-//! window. Sealing first and then waiting for a stream, as the transport once did, let a
+//! connection, and `crate::rpc` checks at compile time that four connections' worth fit in
+//! the window (a sender's numbers to one receiver travel on two connections, its requests
+//! on the one it dialed and its responses on the one the receiver dialed, and each may
+//! have a retiring predecessor still draining). Sealing first and then waiting for a stream, as the transport once did, let a
 //! burst of 3,000 calls to one peer have over half refused as replays. One thing can still
 //! push an envelope out of the window: if its own packets are lost and it waits for
 //! retransmission while more than 1024 later ones, sealed after it, are accepted. That is

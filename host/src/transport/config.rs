@@ -113,10 +113,10 @@ pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 /// gets its stream, so the streams a connection allows bound how many numbers a receiver
 /// can see out of order from it; the receiver's replay window
 /// ([`crate::envelope::REPLAY_WINDOW`], 1024) must cover them with room to spare, or
-/// genuine requests are refused as replays. A quarter of the window covers both directions
-/// of a pair of nodes (requests one way, responses on the other's connection) and a
-/// retiring connection draining next to its successor; `crate::rpc` checks this at
-/// compile time.
+/// genuine requests are refused as replays. A quarter of the window covers the two
+/// connections a node's numbers to one peer travel on (its requests on the one it dialed,
+/// its responses on the one the peer dialed), each with a retiring predecessor still
+/// draining; `crate::rpc` checks this at compile time.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 impl TransportConfig {
