@@ -71,6 +71,21 @@
 //! then sees its own numbers without gaps, so the window's 1024 positions all measure
 //! reordering of messages to it, however much the sender talks to other nodes meanwhile.
 //!
+//! What keeps that reordering below the window is the order in which the sender seals and
+//! sends, which is the transport's and `crate::rpc`'s: a request is sealed only once its
+//! QUIC stream is open (`transport/dial.rs`), and a response once its handler answered, on
+//! the stream the request came on. Opening a stream waits for the receiver's stream credit,
+//! so a burst of calls waits *unsealed*; the envelopes sealed but not yet opened are those
+//! on streams in flight, at most `max_streams_per_connection` (64, capped at 256) per
+//! connection, and `crate::rpc` checks at compile time that four connections' worth fit in
+//! the window (a sender's numbers to one receiver travel on two connections, its requests
+//! on the one it dialed and its responses on the one the receiver dialed, and each may
+//! have a retiring predecessor still draining). Sealing first and then waiting for a stream, as the transport once did, let a
+//! burst of 3,000 calls to one peer have over half refused as replays. One thing can still
+//! push an envelope out of the window: if its own packets are lost and it waits for
+//! retransmission while more than 1024 later ones, sealed after it, are accepted. That is
+//! a refused call (the caller's retry seals a new one), not a safety problem.
+//!
 //! # Bounded memory, and why forgetting a sender is safe
 //!
 //! The gate tracks at most [`DEFAULT_MAX_SENDERS`] senders (configurable) and, when a new

@@ -15,9 +15,18 @@ use super::operator::OperatorService;
 use super::server::{Core, Inbound, Operators};
 use super::service::Service;
 use super::verifiers::Verifiers;
-use crate::envelope::{DEFAULT_SKEW, Gate, Reason, RejectLog, Sealer};
+use crate::envelope::{DEFAULT_SKEW, Gate, REPLAY_WINDOW, Reason, RejectLog, Sealer};
 use crate::pki::{self, Kind};
-use crate::transport::{Local, TlsFiles, Transport, TransportConfig, TransportError};
+use crate::transport::{
+    Local, MAX_STREAMS_PER_CONNECTION, TlsFiles, Transport, TransportConfig, TransportError,
+};
+
+// Why the peer's replay window cannot overflow: a call is sealed (numbered) only once its
+// attempt holds a stream, so the numbers a peer can receive out of order from us are those
+// on streams in flight, at most `MAX_STREAMS_PER_CONNECTION` per connection. Our requests
+// on our connection and our responses on the peer's share one numbering, and a retiring
+// connection may drain next to its successor: four connections' worth must fit.
+const _: () = assert!(4 * MAX_STREAMS_PER_CONNECTION as u64 <= REPLAY_WINDOW);
 
 /// One node's signed-call endpoint: serves its [`Service`] and calls other nodes.
 pub struct Rpc {

@@ -17,6 +17,12 @@
 //! rotation the transport retires every connection, so traffic moves to the new key
 //! without a failed call.
 //!
+//! **When it is sealed.** Each attempt is sealed only once it holds a stream, and the
+//! answer once the service answered: a burst of calls beyond the peer's stream limit waits
+//! unsealed, so the numbers in flight to a peer, out of order, are bounded by the stream
+//! limit, which `client.rs` checks at compile time against the replay window
+//! ([`REPLAY_WINDOW`](crate::envelope::REPLAY_WINDOW)).
+//!
 //! **Who may send.** Only node peers send envelopes (names of nodes and operators share
 //! one namespace in the gate, so an operator envelope is refused before any check).
 //! Operators authenticate by mutual TLS alone and send operator requests

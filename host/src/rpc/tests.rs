@@ -16,7 +16,9 @@ use crate::runtime::BoxFuture;
 use crate::transport::tests::{
     Certs, Load, config, fingerprint_of, init_logs, wait_until, write_atomically,
 };
-use crate::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportError};
+use crate::transport::{
+    Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig, TransportError,
+};
 
 const KIND: u16 = 7;
 
@@ -59,8 +61,17 @@ struct Node {
 
 impl Node {
     async fn start(name: &str, files: TlsFiles, incarnation: u64) -> Node {
+        Node::start_with(config(), name, files, incarnation).await
+    }
+
+    async fn start_with(
+        config: TransportConfig,
+        name: &str,
+        files: TlsFiles,
+        incarnation: u64,
+    ) -> Node {
         let echo = Arc::new(Echo::default());
-        let rpc = Rpc::bind(config(), files.clone(), incarnation, echo.clone())
+        let rpc = Rpc::bind(config, files.clone(), incarnation, echo.clone())
             .await
             .unwrap();
         let addr = rpc.local_addr().unwrap();
@@ -230,6 +241,57 @@ async fn bad_envelopes_are_counted_and_refused_and_good_calls_carry_on() {
 fn n3_forges_n1() -> impl Fn(&Local) -> Vec<u8> + Send + Sync + 'static {
     let forger = Sealer::new("n1".into(), 10);
     move |local: &Local| forger.seal(&local.signer, "n2", KIND, b"forged", SystemTime::now())
+}
+
+/// A burst of concurrent calls from one node to one peer, far more than the peer's stream
+/// limit lets run at once and more than the replay window is wide: every call is answered,
+/// none is refused as a replay. (Envelopes sealed before their stream was open used to
+/// wait for stream credit while later ones went first, until they fell out of the window.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beyond_the_stream_limit_and_the_replay_window_is_answered() {
+    const CALLS: usize = 3 * crate::envelope::REPLAY_WINDOW as usize;
+    init_logs();
+    let certs = Certs::new();
+    // The request timeout covers the wait for a stream: generous, so that a loaded machine
+    // slows the burst down without failing it. This test is about replay, not speed.
+    let patient = TransportConfig {
+        request_timeout: std::time::Duration::from_secs(60),
+        ..config()
+    };
+    let n1 = Arc::new(Node::start_with(patient.clone(), "n1", certs.node("n1"), 1).await);
+    let n2 = Arc::new(Node::start_with(patient, "n2", certs.node("n2"), 1).await);
+    assert!(CALLS > 10 * config().max_streams_per_connection as usize);
+    n1.assert_serves(&n2).await;
+
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..CALLS {
+        let (from, to) = (n1.clone(), n2.clone());
+        calls.spawn(async move {
+            let payload = format!("call {i}");
+            let expected = format!("n1 {KIND} {payload}").into_bytes();
+            match from.call(&to, payload.as_bytes()).await {
+                Ok(reply) if reply == expected => Ok(()),
+                Ok(_) => Err(format!("call {i}: wrong reply")),
+                Err(e) => Err(format!("call {i}: {e}")),
+            }
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(outcome) = calls.join_next().await {
+        if let Err(e) = outcome.unwrap() {
+            failures.push(e);
+        }
+    }
+    let replays = n2.rpc.rejected(Reason::Replay);
+    assert!(
+        failures.is_empty(),
+        "{} of {CALLS} calls failed ({replays} refused as replays), e.g. {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert_eq!((total(&n1.rpc), total(&n2.rpc)), (0, 0));
+    n1.rpc.close().await;
+    n2.rpc.close().await;
 }
 
 /// Answers every request with an error: stands in for an operator's handler.

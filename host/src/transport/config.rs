@@ -37,8 +37,11 @@ pub struct TransportConfig {
     /// Time an incoming stream has to deliver its whole request (default 5 s); a slower
     /// stream is closed and counted.
     pub stream_read_timeout: Duration,
-    /// Incoming streams a peer may have open at once on one connection (default 64); QUIC
-    /// flow control makes its further requests wait at the peer, not pile up here.
+    /// Incoming streams a peer may have open at once on one connection (default 64, at
+    /// most [`MAX_STREAMS_PER_CONNECTION`]); QUIC flow control makes its further requests
+    /// wait at the peer, not pile up here. It is also how many of a peer's requests on one
+    /// connection can be in flight, out of order, at once: the dialer makes (signs and
+    /// numbers) a body only once it holds a stream.
     pub max_streams_per_connection: u32,
     /// Established incoming connections (authenticated) at once (default 256); a
     /// connection over it is closed right after its handshake. Handshakes have a budget
@@ -106,6 +109,16 @@ impl Default for TransportConfig {
 /// DESIGN.md's 1 MiB is more likely a typo than a plan.
 pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 
+/// The largest `max_streams_per_connection` accepted. A signed request is numbered when it
+/// gets its stream, so the streams a connection allows bound how many numbers a receiver
+/// can see out of order from it; the receiver's replay window
+/// ([`crate::envelope::REPLAY_WINDOW`], 1024) must cover them with room to spare, or
+/// genuine requests are refused as replays. A quarter of the window covers the two
+/// connections a node's numbers to one peer travel on (its requests on the one it dialed,
+/// its responses on the one the peer dialed), each with a retiring predecessor still
+/// draining; `crate::rpc` checks this at compile time.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
 impl TransportConfig {
     /// Checks the settings against each other; `bind` calls this.
     pub fn validate(&self) -> Result<(), TransportError> {
@@ -132,6 +145,13 @@ impl TransportConfig {
             return bad(format!(
                 "keep_alive ({:?}) must be shorter than idle_timeout ({:?})",
                 self.keep_alive, self.idle_timeout
+            ));
+        }
+        if self.max_streams_per_connection > MAX_STREAMS_PER_CONNECTION {
+            return bad(format!(
+                "max_streams_per_connection is {}; expected 1 to {MAX_STREAMS_PER_CONNECTION} \
+                 (more requests in flight at once than a peer's replay window can cover)",
+                self.max_streams_per_connection
             ));
         }
         for (name, value) in [

@@ -13,7 +13,9 @@
 //! most twice and each time on a new connection (`MAX_RETRIES`), only when the peer
 //! promised it had not processed the request (see `wire.rs`); that is what keeps a CA rotation free of failed requests. The body is
 //! made per attempt by the caller's closure, with the [`Local`] identity of the connection
-//! used, so a signed body is always signed with the key the peer sees on that connection.
+//! used, so a signed body is always signed with the key the peer sees on that connection;
+//! and only once the attempt holds a stream, so that a signed body's sequence number is
+//! never taken long before it can be sent (see `exchange`).
 //!
 //! What it deliberately does not do: retry anything else (a request that may have run is
 //! the caller's to resend, with the envelope layer's replay protection), back off, or
@@ -140,8 +142,8 @@ impl Shared {
 
     /// The request on a connection, and again on a new one (at most [`MAX_RETRIES`] times)
     /// if the peer refused it unprocessed. The body is made afresh for each connection,
-    /// with what we presented on it. Records the connection in use in `used` for the
-    /// timeout path.
+    /// with what we presented on it, once the attempt's stream is open. Records the
+    /// connection in use in `used` for the timeout path.
     async fn attempt(
         self: &Arc<Self>,
         peer: &str,
@@ -156,22 +158,9 @@ impl Shared {
                 Ok(flight) => {
                     let live = flight.live().clone();
                     *lock(used) = Some(live.clone());
-                    let body = make_body(&live.local);
                     let max = self.config.max_frame;
-                    if body.len() > max {
-                        return Err(TransportError::TooLarge {
-                            len: body.len(),
-                            max,
-                        });
-                    }
-                    match exchange(&flight, peer, &body, max).await {
-                        Ok(Ok(response)) => return Ok((response, live.peer.clone())),
-                        Ok(Err(message)) => {
-                            return Err(TransportError::Remote {
-                                peer: peer.to_owned(),
-                                message,
-                            });
-                        }
+                    match exchange(&flight, peer, make_body, max).await {
+                        Ok(answer) => return answer.map(|response| (response, live.peer.clone())),
                         Err(failure) => {
                             drop(flight);
                             self.abandon(peer, &live);
@@ -385,18 +374,43 @@ async fn forget_when_closed(shared: Arc<Shared>, peer: String, live: Arc<Live>) 
     tracing::debug!(peer, %reason, "connection closed");
 }
 
-/// One request on one stream: the response body, the remote handler's error message, or
-/// the failure.
+/// One request on one stream. `Ok` is the request's outcome for the caller: the response
+/// body, the remote handler's error, or a body too large to send (the connection is fine
+/// either way); `Err` is a failure of the stream or connection.
+///
+/// The body is made only once the stream is open, never before: opening waits for the
+/// peer's stream credit (`max_streams_per_connection`), and a signed body carries a
+/// sequence number that the peer's replay window must still cover when it arrives. Made
+/// earlier, a burst of requests beyond the credit would queue here sealed, and the ones
+/// that waited longest would arrive after more than `REPLAY_WINDOW` later numbers and be
+/// refused as replays (see `crate::envelope`). Made here, only requests holding a stream
+/// carry a number not yet delivered, and the credit bounds how many those are.
 async fn exchange(
     flight: &InFlight,
     peer: &str,
-    body: &[u8],
+    make_body: &(dyn Fn(&Local) -> Vec<u8> + Send + Sync),
     max: usize,
-) -> Result<Result<Vec<u8>, String>, Failure> {
-    let conn = &flight.live().conn;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| error::lost(peer, &e))?;
+) -> Result<Result<Vec<u8>, TransportError>, Failure> {
+    let live = flight.live();
+    let (mut send, mut recv) = live
+        .conn
+        .open_bi()
+        .await
+        .map_err(|e| error::lost(peer, &e))?;
+    let body = make_body(&live.local);
+    if body.len() > max {
+        // Nothing of it is sent. A stream dropped unwritten would be finished, which the
+        // peer reads as an empty, malformed request: reset it instead (the peer drops a
+        // reset stream quietly), and keep the connection.
+        let _ = send.reset(wire::STREAM_TOO_LARGE);
+        let _ = recv.stop(wire::STREAM_TOO_LARGE);
+        return Ok(Err(TransportError::TooLarge {
+            len: body.len(),
+            max,
+        }));
+    }
     let fail = |e| error::frame_failure(peer, e);
-    frame::write_frame(&mut send, &[], body)
+    frame::write_frame(&mut send, &[], &body)
         .await
         .map_err(fail)?;
     // Finishing only fails if the stream was already reset; the read below reports that.
@@ -406,7 +420,10 @@ async fn exchange(
     frame::read_end(&mut recv).await.map_err(fail)?;
     match status {
         wire::STATUS_OK => Ok(Ok(payload)),
-        wire::STATUS_ERROR => Ok(Err(String::from_utf8_lossy(&payload).into_owned())),
+        wire::STATUS_ERROR => Ok(Err(TransportError::Remote {
+            peer: peer.to_owned(),
+            message: String::from_utf8_lossy(&payload).into_owned(),
+        })),
         other => Err(Failure {
             error: TransportError::Protocol {
                 peer: peer.to_owned(),

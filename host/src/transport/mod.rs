@@ -87,7 +87,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-pub use config::{MAX_FRAME_LIMIT, TlsFiles, TransportConfig};
+pub use config::{MAX_FRAME_LIMIT, MAX_STREAMS_PER_CONNECTION, TlsFiles, TransportConfig};
 pub use error::TransportError;
 pub use handler::Handler;
 pub use peer::PeerInfo;
@@ -209,8 +209,12 @@ impl Transport {
     /// Like [`Transport::request`], but the body is made by `make_body` for each attempt,
     /// with the [`Local`] identity we presented on the connection that attempt uses (a
     /// request refused unprocessed is sent again on a new connection, which may present a
-    /// newer certificate, so a signed body must be signed afresh). Returns the response
-    /// and the peer that answered, whose certificate verifies a signed response.
+    /// newer certificate, so a signed body must be signed afresh). It is made once the
+    /// attempt's stream is open, right before it is written: a request waiting for the
+    /// peer's stream credit has no body yet, so a signed body's sequence number is never
+    /// overtaken by more requests than the peer lets run at once
+    /// ([`TransportConfig::max_streams_per_connection`]). Returns the response and the peer
+    /// that answered, whose certificate verifies a signed response.
     pub async fn request_with(
         &self,
         peer: &str,

@@ -508,6 +508,10 @@ async fn requests_round_trip_in_both_directions() {
     let err = n1.ask(&n2, &vec![0u8; (1 << 20) + 1]).await.unwrap_err();
     assert!(matches!(err, TransportError::TooLarge { .. }), "{err}");
     assert!(!err.is_retryable());
+    // Its stream (opened before the body is made) was reset, not sent empty: the server
+    // saw no malformed request, and the connection carries on.
+    assert_eq!(n1.ask(&n2, b"after").await.unwrap(), b"after");
+    assert_eq!(n2.transport.stats().streams_rejected, 0);
 
     // Concurrent requests share one cached connection per direction.
     let mut tasks = Vec::new();
@@ -1210,6 +1214,11 @@ async fn keys_revoked_at_bind_are_refused_from_the_first_handshake() {
 #[test]
 fn settings_are_checked() {
     assert!(TransportConfig::default().validate().is_ok());
+    let widest = TransportConfig {
+        max_streams_per_connection: MAX_STREAMS_PER_CONNECTION,
+        ..TransportConfig::default()
+    };
+    assert!(widest.validate().is_ok());
     let bad = [
         TransportConfig {
             max_frame: 0,
@@ -1221,6 +1230,10 @@ fn settings_are_checked() {
         },
         TransportConfig {
             dial_timeout: Duration::ZERO,
+            ..TransportConfig::default()
+        },
+        TransportConfig {
+            max_streams_per_connection: MAX_STREAMS_PER_CONNECTION + 1,
             ..TransportConfig::default()
         },
     ];
