@@ -65,6 +65,60 @@ fn state_survives_a_restart() {
     assert!(node.wait_exit(WAIT).success());
 }
 
+/// The node's threads by name (`comm`, at most 15 bytes), each with its nice value.
+fn threads_of(pid: u32) -> Vec<(String, i32)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the node's threads") {
+        let dir = task.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        // After the name in parentheses: state, then fields 4.. ; nice is field 19.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .collect();
+        threads.push((comm.trim().to_owned(), fields[16].parse().unwrap()));
+    }
+    threads
+}
+
+/// Plugin code runs on threads ten nice levels below the node's runtime, where Raft's
+/// heartbeats and the lease renewals run: a busy plugin (or ten thousand starting) yields
+/// the cores to them.
+#[test]
+fn plugins_run_on_threads_that_yield_the_cpu_to_the_control_plane() {
+    let mut node = Node::new("priority");
+    node.install("counter.wasm", plugins().counter_bytes());
+    node.spawn();
+    node.wait_for("a count", log_starting("counter", "count="), WAIT);
+    let threads = threads_of(node.pid());
+    let nice_of = |name: &str| -> Vec<i32> {
+        threads
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, nice)| *nice)
+            .collect()
+    };
+    let (control, plugin) = (nice_of("tokio-rt-worker"), nice_of("tenure-plugin"));
+    assert!(
+        !control.is_empty() && !plugin.is_empty(),
+        "threads: {threads:?}"
+    );
+    assert!(
+        control.iter().all(|&n| n == 0),
+        "the node's runtime threads: {threads:?}"
+    );
+    assert!(
+        plugin.iter().all(|&n| n == 10),
+        "the plugin threads run 10 nice levels lower: {threads:?}"
+    );
+    node.signal(libc::SIGINT);
+    assert!(node.wait_exit(WAIT).success());
+}
+
 #[test]
 fn compiled_plugins_are_cached_across_restarts() {
     let mut node = Node::new("cache");

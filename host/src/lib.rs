@@ -17,6 +17,7 @@ pub mod owner_only;
 pub mod ownership;
 pub mod pki;
 pub mod placement;
+pub mod priority;
 pub mod raft;
 mod ratelimit;
 pub mod rpc;

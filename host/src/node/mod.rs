@@ -227,7 +227,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let advertiser = tokio::spawn(adverts::advertise_loop(shared.clone(), adverts_rx));
 
     let (changes_tx, mut changes) = mpsc::channel(64);
-    let watcher = tokio::spawn(catalog::watch(config.plugins_dir.clone(), changes_tx));
+    let watcher = plugin_threads
+        .handle()
+        .spawn(catalog::watch(config.plugins_dir.clone(), changes_tx));
     let grants = grants::ClusterGrants {
         shared: shared.clone(),
         node: tokio::runtime::Handle::current(),
@@ -239,7 +241,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         live: shared.live.clone(),
     };
     let mut owner = Owner::new(shared.clone(), deps, plugin_threads.handle());
-    let mut folder = Folder::new(runtime, timing);
+    let mut folder = Folder::new(runtime, timing, plugin_threads.handle());
     let mut plugins = folder.plugins();
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
@@ -335,9 +337,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-/// The threads plugin code runs on: a runtime of its own, so that busy plugins (each
-/// yields only at epoch ticks) cannot delay Raft, renewals or the deadline timers on the
-/// node's runtime. The engine enforces the lease deadline whatever these threads do.
+/// The threads plugin code runs on, and the loading of the plugins folder: a runtime of
+/// its own, so that busy plugins (each yields only at epoch ticks) cannot hold the
+/// threads of the node's runtime, where Raft, renewals and the deadline timers run, and
+/// at a lower priority (`crate::priority`), so that they cannot take its cores either.
+/// The engine enforces the lease deadline whatever these threads do.
 /// Dropped, it lets go of whatever still runs there without waiting (a runtime cannot
 /// be dropped the ordinary way inside another one).
 struct PluginThreads(Option<tokio::runtime::Runtime>);
@@ -347,6 +351,7 @@ impl PluginThreads {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tenure-plugin")
+            .on_thread_start(crate::priority::lower_this_thread)
             .enable_all()
             .build()
             .map_err(NodeError::PluginThreads)?;

@@ -42,6 +42,8 @@ pub struct Folder {
     /// The loads under way, each the newest version of its plugin.
     loading: BTreeMap<String, Pending>,
     tasks: JoinSet<Loading>,
+    /// Where loads run: the plugin threads, below the control plane's priority.
+    threads: tokio::runtime::Handle,
 }
 
 /// What a load task returns: the plugin's entry and the load's outcome.
@@ -55,10 +57,15 @@ struct Pending {
 }
 
 impl Folder {
-    pub fn new(runtime: Arc<Runtime>, timing: LeaseTiming) -> Self {
+    pub fn new(
+        runtime: Arc<Runtime>,
+        timing: LeaseTiming,
+        threads: tokio::runtime::Handle,
+    ) -> Self {
         Self {
             runtime,
             timing,
+            threads,
             loaded: BTreeMap::new(),
             reported: BTreeSet::new(),
             loading: BTreeMap::new(),
@@ -225,12 +232,15 @@ impl Folder {
             entry.digest.clone(),
             entry.manifest.clone(),
         );
-        let task = self.tasks.spawn(async move {
-            let loaded = runtime
-                .load_off_thread(&entry.name, entry.wasm.clone(), &entry.wasm_digest)
-                .await;
-            (entry, loaded)
-        });
+        let task = self.tasks.spawn_on(
+            async move {
+                let loaded = runtime
+                    .load_off_thread(&entry.name, entry.wasm.clone(), &entry.wasm_digest)
+                    .await;
+                (entry, loaded)
+            },
+            &self.threads,
+        );
         self.loading.insert(
             name,
             Pending {
@@ -395,7 +405,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_load_that_has_ended_is_taken_in_one_pass() {
         let runtime = Arc::new(Runtime::new(None).expect("an engine"));
-        let mut folder = Folder::new(runtime, LeaseTiming::default());
+        let mut folder = Folder::new(
+            runtime,
+            LeaseTiming::default(),
+            tokio::runtime::Handle::current(),
+        );
         for k in 0..50 {
             folder.apply(Change::Upsert(Box::new(bad_entry(&format!("p{k:02}")))));
         }

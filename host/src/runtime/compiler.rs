@@ -13,7 +13,12 @@
 //! The child is bounded: its address space (`RLIMIT_AS`, [`COMPILE_MEMORY`]) and CPU
 //! time (`RLIMIT_CPU`) are limited by the child itself before it reads a byte, and the
 //! node kills it after [`COMPILE_TIMEOUT`]. Compiles run side by side up to the number of
-//! cores (each child is itself multi-threaded; more would only share the same cores).
+//! cores (each child is itself multi-threaded; more would only share the same cores),
+//! in two lanes: wasm up to [`SMALL_WASM`] bytes (a Rust plugin, about 50 KB, compiles
+//! in half a second) and larger wasm (a Python or JavaScript component carries its
+//! interpreter, 12–18 MB, and compiles for half a minute) take slots of separate pools,
+//! so a small plugin never waits for a slot behind large ones. The two lanes together
+//! may run twice as many children as cores for the second or so a small compile takes.
 //! Dropping a compile (a shutdown, or a newer version of the file) kills the child
 //! (`kill_on_drop`) and removes its temporary file, so no entry is ever half-written.
 //!
@@ -24,8 +29,10 @@
 //! handed ([`PARENT_ENV`]): a node that died between the spawn and that request has
 //! already left the child to init, and the signal would never come. The kernel sends the
 //! signal when the *thread* that spawned the child ends, not the process: compiles are
-//! spawned from async tasks, on the node's runtime threads, which live as long as the
-//! node (never spawn one from a blocking-pool thread, which ends when idle).
+//! spawned from async tasks, on the worker threads of the node's plugin runtime
+//! (`node::PluginThreads`), which live as long as the node (never spawn one from a
+//! blocking-pool thread, which ends when idle). The child inherits those threads' lower
+//! priority (`crate::priority`): a compile yields the cores to the node's control plane.
 //!
 //! Exit codes: 0, the entry is written; [`INVALID`], the wasm is not a valid component
 //! (stderr says why); anything else, or a signal, is a failed compile, reported with the
@@ -67,20 +74,27 @@ const STDERR_KEPT: usize = 4096;
 /// Runs compiles in child processes of `exe`, at most one per core at a time.
 pub(super) struct Compiler {
     exe: PathBuf,
-    slots: Semaphore,
+    /// Compile slots for wasm up to [`SMALL_WASM`] bytes.
+    small: Semaphore,
+    /// Compile slots for larger wasm.
+    large: Semaphore,
 }
+
+/// The largest wasm that compiles in the small lane (see the module doc).
+pub const SMALL_WASM: usize = 1 << 20;
 
 impl Compiler {
     pub(super) fn new(exe: PathBuf) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
             exe,
-            slots: Semaphore::new(cores),
+            small: Semaphore::new(cores),
+            large: Semaphore::new(cores),
         }
     }
 
     /// Compiles `wasm` in a child process, which writes the cache entry at `out`
-    /// authenticated with `key`. Waits for a free slot first. Cancel-safe: dropped, it
+    /// authenticated with `key`. Waits for a free slot of its lane first. Cancel-safe: dropped, it
     /// kills the child and removes its temporary file.
     pub(super) async fn compile(
         &self,
@@ -88,11 +102,12 @@ impl Compiler {
         wasm: &[u8],
         out: &Path,
     ) -> Result<(), LoadError> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let lane = if wasm.len() <= SMALL_WASM {
+            &self.small
+        } else {
+            &self.large
+        };
+        let _slot = lane.acquire().await.expect("the semaphore is never closed");
         // Declared before the child, so dropped after it: the child is killed first.
         let mut sweep = TempSweep {
             out: out.to_path_buf(),
