@@ -46,6 +46,7 @@
 
 mod db;
 mod error;
+mod forwards;
 mod heard;
 mod kinds;
 mod link;
@@ -300,6 +301,8 @@ pub(crate) struct Shared {
     refusals: refusals::Refusals,
     /// Leadership rounds, one at a time and shared (`rounds.rs`).
     rounds: rounds::Rounds,
+    /// Proposals forwarded to the leader at once, at most `forwards::FORWARDS`.
+    forwards: forwards::Forwards,
 }
 
 impl Control {
@@ -366,6 +369,7 @@ impl Control {
             heard: heard::Heard::default(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
+            forwards: forwards::Forwards::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -513,6 +517,12 @@ impl Control {
     /// The index of the last entry applied to [`Control::state`].
     pub fn applied(&self) -> watch::Receiver<u64> {
         self.shared.applied.clone()
+    }
+
+    /// The most proposals this node has forwarded to the leader at once.
+    #[cfg(test)]
+    pub(crate) fn most_forwarded(&self) -> usize {
+        self.shared.forwards.most()
     }
 
     /// Members' messages this node refused, per reason (`refusals.rs`).

@@ -150,6 +150,12 @@ impl Shared {
                 ))));
             }
         };
+        let Some(_slot) = self.forwards.slot(deadline).await else {
+            return Attempt::Retry(format!(
+                "{} other proposals were being forwarded all along",
+                super::forwards::FORWARDS
+            ));
+        };
         let call = attached.rpc.call(&leader.name, addr, PROPOSE, body);
         // A leader that died mid-call never answers, and its connection may take seconds
         // to time out; once this node stops believing in it (an election began or

@@ -531,6 +531,34 @@ async fn fencing_tokens_are_log_indexes_on_every_replica() {
     group.shutdown().await;
 }
 
+/// A follower that proposes a burst (thousands of releases after a rebalance) forwards
+/// at most `FORWARDS` of them at a time, so its lease renewals, on the same connection to
+/// the leader, find a free stream; and every proposal of the burst is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_proposals_is_forwarded_a_few_at_a_time_and_all_answered() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
+    let control = group.control(&follower);
+    let burst = (0..300).map(|_| control.propose(join_command(&follower)));
+    let answers = futures::future::join_all(burst).await;
+    assert!(
+        answers.iter().all(|a| *a == Ok(Response::Done)),
+        "{:?}",
+        answers.iter().find(|a| **a != Ok(Response::Done))
+    );
+    let most = control.most_forwarded();
+    assert!(
+        (1..=super::forwards::FORWARDS).contains(&most),
+        "{most} proposals were forwarded at once (at most {})",
+        super::forwards::FORWARDS
+    );
+    group.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_and_calls_out_of_order_are_refused() {
     init_logs();
