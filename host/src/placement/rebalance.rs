@@ -70,6 +70,11 @@ pub(super) fn run<'a>(
         return;
     }
     let mut nodes: Vec<usize> = (0..view.nodes.len()).filter(|&i| able[i]).collect();
+    let loads = nodes.iter().map(|&i| view.load[i]);
+    if loads.clone().max().unwrap_or(0) < loads.min().unwrap_or(0) + 2 {
+        // Already even: no move is possible, and the slots need not be ordered.
+        return;
+    }
     let mut search = Search {
         settled,
         moved: vec![false; settled.len()],
