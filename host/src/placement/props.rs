@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use proptest::prelude::*;
@@ -386,11 +387,16 @@ fn loads(cluster: &Cluster) -> Vec<usize> {
         .collect()
 }
 
+/// Held by the tests at 10,000 resources, so that one does not run beside the other and
+/// slow the plans it times.
+static AT_SCALE: Mutex<()> = Mutex::new(());
+
 /// 10,000 resources on 5 nodes: placed evenly, steady when placed, reassigned after a
 /// node loss, rebalanced within the bound after it returns. Prints the plan times (run
 /// with `--release --nocapture`); asserts nothing about them.
 #[test]
 fn ten_thousand_resources_on_five_nodes() {
+    let _alone = AT_SCALE.lock().unwrap_or_else(|e| e.into_inner());
     const RESOURCES: usize = 10_000;
     let names = ["n1", "n2", "n3", "n4", "n5"];
     let (mut cluster, mut index) = (Cluster::default(), 0);
@@ -519,5 +525,45 @@ fn ten_thousand_resources_on_five_nodes() {
         "plan, 10,000 resources x 5 nodes (median of 5): initial {t_initial:.1} ms, steady \
          {t_steady:.1} ms, after a node loss {t_lost:.1} ms, after it returns {t_joined:.1} \
          ms; rebalanced in {rounds} rounds"
+    );
+}
+
+/// A forming cluster at scale: five nodes advertise the same 10,000 plugins 1.5 s apart
+/// (as nodes that finish loading at different times do), the leader plans every 500 ms,
+/// and every plan's moves are applied and released before the next. The cluster is
+/// balanced before the first grants are `min_term` (10 s, the default) old: arrivals
+/// take young slots. Prints the slowest plan (run with `--release --nocapture`).
+#[test]
+fn a_forming_cluster_of_ten_thousand_balances_within_the_minimum_term() {
+    let _alone = AT_SCALE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sim = Sim::default();
+    sim.run("node n1\nnode n2\nnode n3\nnode n4\nnode n5");
+    let mut slowest: f64 = 0.0;
+    let mut rounds = 0;
+    for (i, node) in ["n1", "n2", "n3", "n4", "n5"].iter().enumerate() {
+        sim.now_ms = i as u64 * 1_500;
+        sim.run(&format!("plugins r 10000 on {node}"));
+        loop {
+            let start = Instant::now();
+            let next = plan(&sim.cluster, sim.now_ms, &sim.options);
+            slowest = slowest.max(start.elapsed().as_secs_f64() * 1e3);
+            sim.run("round");
+            rounds += 1;
+            if next.is_empty() {
+                break;
+            }
+            sim.now_ms += 500;
+        }
+    }
+    assert!(
+        sim.now_ms < sim.options.min_term_ms,
+        "balanced at {} ms",
+        sim.now_ms
+    );
+    assert_eq!(loads(&sim.cluster), [2_000; 5]);
+    eprintln!(
+        "forming cluster, 10,000 resources x 5 nodes arriving 1.5 s apart: balanced at {} ms \
+         (last arrival at 6,000 ms) in {rounds} plans, the slowest {slowest:.1} ms",
+        sim.now_ms
     );
 }
