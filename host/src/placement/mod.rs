@@ -71,11 +71,12 @@
 //! loaded, a slot moves from the former to the latter by `BeginHandover { reason:
 //! Rebalanced, to: Some(target) }`; the release leaves the target in
 //! `cluster.preferred`, so the next plan grants it there. Only slots of resources where
-//! nothing else moves (all slots granted, none being handed over, nothing to update), held
-//! for at least [`Options::min_term_ms`] unless the target holds at most half as many
-//! slots as the source (an arriving node: `rebalance.rs` says why), to a target eligible
-//! for the resource; one slot per resource per plan. A move is made only between loads that differ by two or
-//! more, so the sum of squared loads strictly falls with each move and repeated plans
+//! nothing else moves (all slots granted, none being handed over, nothing to update), to a
+//! target eligible for the resource; one slot per resource per plan. A slot held for less
+//! than [`Options::min_term_ms`] moves only to a target below the mean load of those
+//! nodes (one that arrived, or lost slots: `rebalance.rs` says why this does not churn),
+//! and only when the source has no slot held longer that the target can take. A move is
+//! made only between loads that differ by two or more, so the sum of squared loads strictly falls with each move and repeated plans
 //! reach a fixed point: no ping-pong. The number of moves is bounded by
 //! [`Options::max_moves`], and handovers in flight (of any reason, including those this
 //! plan begins) count against it, so a drain or a rollout defers rebalancing.
@@ -139,9 +140,10 @@ pub const MAX_TICKETS: u32 = 1_000;
 /// Tunables of the plan. `Default` gives the documented defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// A slot is moved by rebalancing only after it has been held this long (ms), so a
-    /// fresh grant is not moved again at once, except to a node holding at most half as
-    /// many slots as its owner (a node arriving late). Default 10 000.
+    /// A slot is moved by rebalancing to a node at or above the mean load only after it
+    /// has been held this long (ms), so a fresh grant is not moved again at once while
+    /// loads differ a little. A node below the mean (one arriving late) may take younger
+    /// slots. Default 10 000.
     pub min_term_ms: u64,
     /// The bound on handovers in flight for rebalancing: a plan begins at most
     /// `max_moves - in_flight` rebalancing moves, where `in_flight` counts every
