@@ -400,6 +400,7 @@ mod supervisor {
             wasm_path: format!("{resource}.wasm").into(),
             wasm: wasm.into(),
             digest: plugin.digest.clone(),
+            wasm_digest: plugin.digest.trim_start_matches("sha256:").to_owned(),
             manifest: Manifest::parse(resource, "").expect("the default manifest"),
             secrets: Secrets::default(),
         };
