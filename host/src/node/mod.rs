@@ -102,7 +102,7 @@ const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
 /// publication rebuilds the plugin list and the adverts (O(plugins)) and the advertiser
 /// compares them with what is committed (O(plugins) again); in a folder of 10,000 plugins
 /// loads end by the thousand per second, and publishing each batch as it ended spent
-/// a third of the node's CPU while it loaded, on the runtime Raft's heartbeats share.
+/// about 30 % of the node's CPU while it loaded (perf), on the runtime Raft's heartbeats share.
 /// When nothing else is loading, a plugin is published as soon as its load ends.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// How long shutdown waits for the cluster to commit a step before going on without it.
