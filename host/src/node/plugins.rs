@@ -2,9 +2,10 @@
 //!
 //! 1. The catalog reports changes in the folder.
 //! 2. A new or changed plugin is compiled (or loaded from the compile cache) in a task
-//!    of its own, off the node's loop: each plugin is published as soon as its own
-//!    version is ready, so a plugin that loads in milliseconds does not wait for one
-//!    that compiles for seconds. A newer change to the same file, or its removal,
+//!    of its own, on the plugin threads, off the node's loop: each plugin is published
+//!    once its own version is ready (within 100 ms while other loads go on, see
+//!    `PUBLISH_EVERY` in `node/mod.rs`), so a plugin that loads in milliseconds does not
+//!    wait for one that compiles for seconds. A newer change to the same file, or its removal,
 //!    abandons the load under way; so does shutdown ([`Folder::abandon`]), which kills
 //!    any compiler process. If a load fails the plugin is reported and the version
 //!    already loaded, if any, stays: a bad deploy does not take a working task down. A
