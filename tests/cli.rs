@@ -112,6 +112,19 @@ fn scripts_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // A shell runs its background jobs with SIGINT ignored, and bash cannot trap a signal
+    // ignored at its start: a test run launched from a script's `&` would see the script
+    // ignore the very Ctrl-C this test sends. The child gets the default disposition,
+    // as it would from a terminal.
+    // SAFETY: the closure runs between fork and exec and calls only signal(2), which is
+    // async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let mut run = ScriptRun::spawn(command);
 
     eprintln!("phase: the script prints the exports");
