@@ -87,8 +87,15 @@ pub const LEASE_INHERITED: &str = "lease.inherited";
 /// This node's lease deadline passed, or the leader no longer knows its session: its
 /// plugins are stopped and a new session is opened.
 pub const LEASE_LOST: &str = "lease.lost";
+/// A renewal was acknowledged later than the renewal interval after it was sent (`ms`).
+pub const LEASE_SLOW_RENEWAL: &str = "lease.slow_renewal";
+/// A renewal failed or was not answered in time (`error`, `after_ms`); the next one is
+/// already on its way.
+pub const LEASE_RENEWAL_FAILED: &str = "lease.renewal_failed";
 /// A control-plane call failed (a proposal, a renewal); it is retried.
 pub const CONTROL_ERROR: &str = "control.error";
+/// A leadership round (a renewal waits for one) took longer than the election timeout.
+pub const CONTROL_SLOW_ROUND: &str = "control.slow_round";
 /// An operator request was accepted for proposal (`operator`, `request`).
 pub const ADMIN_REQUEST: &str = "admin.request";
 /// No `[tls]` was configured, and development certificates were made in the data dir.

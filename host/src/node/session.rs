@@ -133,12 +133,16 @@ async fn renew_until_lost(
             Some(done) = inflight.join_next() => match done {
                 Ok((sent, Ok(Renewed::Ok))) => {
                     shared.with_lease(|l| l.acked(session, sent));
+                    let took = sent.elapsed();
+                    if took > every {
+                        tracing::info!(event = events::LEASE_SLOW_RENEWAL, node = %shared.me, session, ms = took.as_millis() as u64, "a renewal was acknowledged {} ms after it was sent (renewals go every {} ms)", took.as_millis(), every.as_millis());
+                    }
                 }
                 Ok((_, Ok(Renewed::UnknownSession))) => {
                     return Some("the leader no longer knows the session");
                 }
-                Ok((_, Err(error))) => {
-                    tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal failed");
+                Ok((sent, Err(error))) => {
+                    tracing::info!(event = events::LEASE_RENEWAL_FAILED, node = %shared.me, session, %error, after_ms = sent.elapsed().as_millis() as u64, "a renewal failed: {error}");
                 }
                 Err(error) => {
                     tracing::debug!(event = events::CONTROL_ERROR, %error, "renewal task failed");

@@ -607,25 +607,62 @@ impl Control {
         self.shared.rounds.run()
     }
 
-    /// One heartbeat round to a quorum, bounded in time.
+    /// One heartbeat round to a quorum, then the wait until this node's state has
+    /// applied what was committed before it, bounded in time together. A slow one is
+    /// reported with its two parts (`control.slow_round`): a renewal waits for it, so it
+    /// is the first thing to look at when leases are lost under load.
     async fn round(&self) -> Result<(), ControlError> {
         let bound = self.shared.options.election_max * 4;
-        match tokio::time::timeout(bound, self.shared.raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ControlError::NotLeader(match f.leader_node {
-                    Some(peer) => format!("the leader is {peer}"),
-                    None => "no leader is known".into(),
-                }))
-            }
-            Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
-                Err(ControlError::NotLeader(q.to_string()))
-            }
-            Ok(Err(OpenRaftError::Fatal(f))) => Err(ControlError::Stopped(f.to_string())),
-            Err(_) => Err(ControlError::NotLeader(format!(
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + bound);
+        let late = || {
+            ControlError::NotLeader(format!(
                 "no quorum confirmed the leadership within {bound:?}"
-            ))),
+            ))
+        };
+        let (read, applied) =
+            match tokio::time::timeout_at(deadline, self.shared.raft.get_read_log_id()).await {
+                Ok(Ok(ids)) => ids,
+                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                    return Err(ControlError::NotLeader(match f.leader_node {
+                        Some(peer) => format!("the leader is {peer}"),
+                        None => "no leader is known".into(),
+                    }));
+                }
+                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
+                    return Err(ControlError::NotLeader(q.to_string()));
+                }
+                Ok(Err(OpenRaftError::Fatal(f))) => {
+                    return Err(ControlError::Stopped(f.to_string()));
+                }
+                Err(_) => return Err(late()),
+            };
+        let heard = started.elapsed();
+        let (read, applied) = (read.map_or(0, |l| l.index), applied.map_or(0, |l| l.index));
+        if read > applied {
+            let wait = self.shared.raft.wait(None);
+            let waiting = wait.applied_index_at_least(Some(read), "leadership round");
+            match tokio::time::timeout_at(deadline, waiting).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => return Err(ControlError::Stopped("raft is shutting down".into())),
+                Err(_) => return Err(late()),
+            }
         }
+        let took = started.elapsed();
+        if took >= self.shared.options.election_max {
+            tracing::info!(
+                event = crate::events::CONTROL_SLOW_ROUND,
+                quorum_ms = heard.as_millis() as u64,
+                apply_ms = (took - heard).as_millis() as u64,
+                entries_behind = read.saturating_sub(applied),
+                "a leadership round took {} ms: {} ms for a quorum to answer, {} ms to apply {} committed entries",
+                took.as_millis(),
+                heard.as_millis(),
+                (took - heard).as_millis(),
+                read.saturating_sub(applied)
+            );
+        }
+        Ok(())
     }
 
     /// Stops Raft and the background tasks, detaches the RPC endpoint and waits (up to
