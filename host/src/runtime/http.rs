@@ -18,15 +18,19 @@
 //! 4. The connect, first-byte and between-bytes timeouts are at most the time left
 //!    until D, and the request (and the connection carrying its response body) is dropped
 //!    when the instance may no longer act: at D, or at its interrupt time. A renewal
-//!    that moves D later keeps the request alive.
+//!    that moves D later keeps the request alive. The dropped request's connection is
+//!    reset, not closed, so the bytes the kernel still queued for it are discarded
+//!    rather than delivered after D (`http/socket.rs` says why and when).
 //!
 //! A refused or aborted request fails in the plugin with `HTTP-request-denied`, and the
 //! host writes a `plugin.effect_refused` event (`effect = http`, `host`, `reason`). Those
 //! events count against the instance's log budget, so a plugin retrying in a tight loop
 //! cannot flood the node's log (the suppressed count is reported like plugin lines).
 //!
-//! The request itself goes out through the crate's `default_send_request`: HTTP/1.1 over
-//! tokio, HTTPS through rustls with the webpki roots. Nothing here is plugin-supplied TLS.
+//! The request itself goes out through our own sender (`http/connect.rs`), which does
+//! what the crate's `default_send_request` does (HTTP/1.1 over tokio, HTTPS through
+//! rustls with the webpki roots, the same timeouts and errors) over a socket we own, so
+//! that an abandoned request can be reset. Nothing here is plugin-supplied TLS.
 //!
 //! What this does not do: it does not resolve names itself (a name is matched as
 //! written, as Spin does, so `localhost` is not `127.0.0.1`), and a request that reached
@@ -42,6 +46,10 @@ use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
 
+mod connect;
+mod socket;
+
+use self::socket::MayNoLongerAct;
 use super::InstanceContext;
 use super::refused::{Why, may_no_longer_act, refused};
 use super::store::HostState;
@@ -191,7 +199,11 @@ async fn send(
     ),
     Error,
 > {
-    let sending = wasmtime_wasi_http::default_send_request(request, Some(options));
+    let abandoned: MayNoLongerAct = {
+        let ctx = ctx.clone();
+        Arc::new(move || ctx.may_act().is_err())
+    };
+    let sending = connect::send_request(request, options, abandoned);
     let (response, connection) = tokio::select! {
         result = sending => result?,
         refusal = may_no_longer_act(&ctx) => {
@@ -219,12 +231,14 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use http_body_util::{BodyExt, Empty};
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty, Full};
     use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
     use super::{admit, send};
     use crate::catalog::Secrets;
     use crate::catalog::capabilities::Capabilities;
+    use crate::runtime::stalled::StalledServer;
     use crate::runtime::tests::context;
     use crate::runtime::{Granted, InstanceContext, NodeLease};
 
@@ -429,6 +443,84 @@ mod tests {
             matches!(result, Err(Error::Tls(_) | Error::Connect(_))),
             "{result:?}"
         );
+    }
+
+    /// The body of the requests that must not reach the server after D: far more than a
+    /// loopback send queue holds, so some of it is always queued when D comes.
+    const BODY: usize = 8 << 20;
+
+    #[tokio::test]
+    async fn a_request_aborted_at_d_is_reset_and_its_queued_bytes_never_arrive() {
+        let server = StalledServer::start();
+        let addr = server.addr;
+        let entry = format!("http://{addr}");
+        let ctx = ctx(&[entry.as_str()], Duration::from_secs(60));
+        let started = Instant::now();
+        let body = Full::new(Bytes::from(vec![b'x'; BODY]))
+            .map_err(|e: std::convert::Infallible| match e {})
+            .boxed_unsync();
+        let request = request(&format!("http://{addr}/")).map(|_| body);
+        let (req, options, host) =
+            admit(&ctx, request, RequestOptions::default(), started).unwrap();
+        ctx.lease
+            .publish(Some(7), Some(started + Duration::from_millis(300)));
+        let result = send(ctx, req, options, host).await.map(|_| ());
+        assert!(denied(result), "aborted at D");
+        let (received, end) = tokio::task::spawn_blocking(move || server.drain())
+            .await
+            .unwrap();
+        assert!(
+            end.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "after the abort the server read {received} of the {BODY} body bytes and then \
+             {end:?}: the bytes queued at D reached it after D"
+        );
+        assert!(received < BODY, "{received}");
+    }
+
+    #[tokio::test]
+    async fn a_completed_request_closes_its_connection_with_a_fin() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut stream, _) = listener.accept().unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                stream.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+            let mut rest = Vec::new();
+            stream.read_to_end(&mut rest).map(|_| rest)
+        });
+        let entry = format!("http://{addr}");
+        let ctx = ctx(&[entry.as_str()], Duration::from_secs(60));
+        let uri = format!("http://{addr}/");
+        let (req, options, host) = admit(
+            &ctx,
+            request(&uri),
+            RequestOptions::default(),
+            Instant::now(),
+        )
+        .unwrap();
+        let (response, connection) = send(ctx, req, options, host).await.unwrap();
+        // As wasmtime-wasi-http does: the connection runs in a task of its own, which is
+        // aborted when the plugin drops the response body.
+        let connection = tokio::spawn(Box::into_pin(connection));
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
+        connection.abort();
+        let end = tokio::task::spawn_blocking(move || server.join().unwrap())
+            .await
+            .unwrap();
+        assert!(end.as_ref().is_ok_and(|rest| rest.is_empty()), "{end:?}");
     }
 
     #[tokio::test]

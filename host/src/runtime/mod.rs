@@ -678,4 +678,6 @@ fn spawn_epoch_ticker(engine: EngineWeak) {
 }
 
 #[cfg(test)]
+mod stalled;
+#[cfg(test)]
 mod tests;

@@ -10,30 +10,42 @@
 //!   ([`InstanceContext::may_act`]) first. Binding happens only implicitly (the wildcard
 //!   address, port 0); listening and accepting never.
 //! - Every write on a connection asks the lease check again, so bytes handed to the host
-//!   after D are refused even before the shutdown below lands.
-//! - At D (or the instance's interrupt time) every connection the instance opened is shut
-//!   down in both directions: its reads end, its writes fail, and the peer sees EOF,
-//!   whether the plugin is running, blocked in a poll, or idle after `start` returned. A
-//!   frozen-then-resumed owner cannot keep writing to a connection it opened before.
+//!   after D are refused even before the reset below lands.
+//! - At D (or the instance's interrupt time) every connection the instance opened is
+//!   reset: the bytes the kernel still queues for it are discarded, the peer gets an RST,
+//!   the plugin's reads end and its writes fail, whether the plugin is running, blocked in
+//!   a poll, or idle after `start` returned. A frozen-then-resumed owner cannot keep
+//!   writing to a connection it opened before.
 //!
 //! Refusals fail in the plugin (`access-denied`, or a failed write) and write
 //! `plugin.effect_refused` with `effect = tcp`.
 //!
 //! How a connection is found at D: wasmtime-wasi keeps its file descriptor private, so the
 //! instance records each connection's local and remote address when it connects; at D it
-//! walks the process's open descriptors, duplicates each socket, and shuts down those whose
+//! walks the process's open descriptors, duplicates each socket, and resets those whose
 //! address pair matches. An established TCP connection's address pair is unique while it
 //! is open, and checking the duplicate (not the number) means a descriptor closed and
 //! reused in between is never touched. Nothing is held open on the plugin's behalf: a
-//! connection the plugin already closed is simply not found. Bytes the kernel accepted
-//! before D may still leave after it (they were on the wire); none accepted after.
+//! connection the plugin already closed is simply not found.
+//!
+//! Why a reset, and how: the kernel accepts a write long before the bytes leave (a slow
+//! or partitioned peer leaves them in the send queue, retransmitted with backoff), so
+//! ending a connection with a FIN (`shutdown`, or a close) still delivers everything
+//! queued before it, possibly long after D: a stale write. `shutdown` ignores
+//! `SO_LINGER`, and linger 0 acts only on the last close, which wasmtime makes when the
+//! plugin drops the socket. So the fence `connect`s the duplicate to an `AF_UNSPEC`
+//! address, which Linux turns into `tcp_disconnect`: the send and receive queues are
+//! purged, an RST goes out, and the socket is left unconnected for every descriptor of it
+//! ([`reset`]). `runtime::tcp::tests` checks it on this kernel against a peer that does
+//! not read: it receives less than was queued, then a reset. What the peer had already
+//! received before D stays received; nothing still queued at D leaves after it.
 //!
 //! The wasi:sockets functions replaced here (lookup, its results, finish-connect) call
 //! wasmtime-wasi's own implementation and add the checks around it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use wasmtime::component::{Linker, Resource};
@@ -70,7 +82,7 @@ pub(super) struct Sockets {
     fence: Arc<Fence>,
     /// Lookups in progress: the resolve stream's handle, and the ports its name grants.
     lookups: HashMap<u32, Vec<u16>>,
-    /// The task that shuts the connections down at D; aborted with the store.
+    /// The task that resets the connections at D; aborted with the store.
     watchdog: Option<tokio::task::AbortHandle>,
 }
 
@@ -126,7 +138,7 @@ impl Sockets {
         let fence = self.fence.clone();
         let task = runtime.spawn(async move {
             let refusal = may_no_longer_act(&fence.ctx).await;
-            fence.shut_down_all(refusal.into());
+            fence.reset_all(refusal.into());
         });
         self.watchdog = Some(task.abort_handle());
         true
@@ -201,8 +213,8 @@ impl Fence {
         Ok(())
     }
 
-    /// Shuts down every connection the instance opened and still holds.
-    fn shut_down_all(&self, why: Why) {
+    /// Resets every connection the instance opened and still holds.
+    fn reset_all(&self, why: Why) {
         let open = std::mem::take(&mut self.known().open);
         for (_, remote) in find_connections(&open, true) {
             refused(&self.ctx, "tcp", &remote.to_string(), why, true);
@@ -211,10 +223,10 @@ impl Fence {
 }
 
 /// The process's open TCP connections whose (local, remote) pair is in `pairs`; with
-/// `shut`, each is shut down in both directions on the way.
+/// `cut`, each is reset on the way ([`reset`]).
 fn find_connections(
     pairs: &[(SocketAddr, SocketAddr)],
-    shut: bool,
+    cut: bool,
 ) -> Vec<(SocketAddr, SocketAddr)> {
     let mut found = Vec::new();
     if pairs.is_empty() {
@@ -240,7 +252,7 @@ fn find_connections(
         if !is_socket {
             continue;
         }
-        // A duplicate of whatever the number names now: it is checked, and shut down,
+        // A duplicate of whatever the number names now: it is checked, and reset,
         // only through the duplicate.
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) on any number is sound; it fails on a closed one.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -258,13 +270,36 @@ fn find_connections(
             continue;
         };
         if pairs.contains(&(local, remote)) && !found.contains(&(local, remote)) {
-            if shut {
+            if cut && reset(dup.as_fd()).is_err() {
+                // Not expected on Linux for a TCP socket; shutting down at least ends the
+                // plugin's use of the connection, though its queued bytes then still leave.
                 let _ = socket.shutdown(std::net::Shutdown::Both);
             }
             found.push((local, remote));
         }
     }
     found
+}
+
+/// Resets a TCP connection through any descriptor of its socket: the kernel drops the
+/// bytes it still queues for sending (and those received but unread), sends the peer an
+/// RST, and leaves the socket unconnected, so every descriptor of it sees the reset.
+///
+/// This is `connect` with an `AF_UNSPEC` address, which Linux turns into `tcp_disconnect`
+/// on a TCP socket. `shutdown` cannot do it (it sends the queue, then a FIN, whatever
+/// `SO_LINGER` says), and `SO_LINGER` 0 acts only on the last close, which is
+/// wasmtime's to make, not ours.
+fn reset(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    // SAFETY: all zeroes is a valid `sockaddr`; only its family is read for AF_UNSPEC.
+    let mut unspecified: libc::sockaddr = unsafe { std::mem::zeroed() };
+    unspecified.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    let len = std::mem::size_of::<libc::sockaddr>() as libc::socklen_t;
+    // SAFETY: `fd` is open for the call, and the address is valid for `len` bytes.
+    if unsafe { libc::connect(fd.as_raw_fd(), &unspecified, len) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// A connection's output stream, asking the lease check before every write.
@@ -429,5 +464,63 @@ fn ip(address: &IpAddress) -> IpAddr {
     match *address {
         IpAddress::Ipv4((a, b, c, d)) => IpAddr::from([a, b, c, d]),
         IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::from([a, b, c, d, e, f, g, h]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::Sockets;
+    use crate::runtime::NodeLease;
+    use crate::runtime::stalled::StalledServer;
+    use crate::runtime::tests::context;
+
+    /// The fence on a real connection, held open the way wasmtime holds the plugin's
+    /// socket: at D the bytes the kernel still queues for it must never reach the peer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_cut_at_d_is_reset_and_its_queued_bytes_never_arrive() {
+        let server = StalledServer::start();
+        let lease = Arc::new(NodeLease::new(true));
+        let deadline = Instant::now() + Duration::from_millis(300);
+        lease.publish(Some(7), Some(deadline));
+        let mut sockets = Sockets::new(context(lease));
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        let pair = (stream.local_addr().unwrap(), stream.peer_addr().unwrap());
+        sockets.fence.connected(pair.0, pair.1).unwrap();
+        assert!(sockets.watch());
+        // Writes until the kernel takes no more: everything written sits in the send
+        // queue or the server's small receive buffer.
+        stream.set_nonblocking(true).unwrap();
+        let chunk = vec![b'x'; 64 << 10];
+        let mut written = 0;
+        loop {
+            match stream.write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("writing before D: {e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "the writes took past D");
+        let watchdog = sockets.watchdog.clone().unwrap();
+        let bound = Instant::now() + Duration::from_secs(10);
+        while !watchdog.is_finished() {
+            assert!(Instant::now() < bound, "the fence did not act by D + 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (received, end) = tokio::task::spawn_blocking(move || server.drain())
+            .await
+            .unwrap();
+        assert!(
+            end.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "after D the server read {received} of the {written} bytes the kernel had \
+             accepted, and then {end:?}: the bytes queued at D reached it after D"
+        );
+        assert!(received < written, "{received} of {written}");
+        // The plugin's own socket is dead too: its writes fail.
+        assert!(stream.write(b"late").is_err());
     }
 }
