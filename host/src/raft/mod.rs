@@ -301,8 +301,9 @@ pub(crate) struct Shared {
     refusals: refusals::Refusals,
     /// Leadership rounds, one at a time and shared (`rounds.rs`).
     rounds: rounds::Rounds,
-    /// Proposals forwarded to the leader at once, at most `forwards::FORWARDS`.
-    forwards: forwards::Forwards,
+    /// Proposals in flight (at most `forwards::FORWARDS`), and single commands waiting
+    /// to be combined into batches.
+    forwards: forwards::Forwards<propose::Attempt>,
 }
 
 impl Control {

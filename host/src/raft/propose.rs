@@ -32,7 +32,7 @@ use super::kinds::{PROPOSE, ProposeReply};
 use super::network::resolve;
 use super::refusals::Refusal;
 use super::types::{ClientWriteError, Peer};
-use crate::cluster::{Outcome, Proposal, Response};
+use crate::cluster::{Command, Outcome, Proposal, Response};
 use crate::rpc::RpcError;
 use crate::transport::TransportError;
 
@@ -41,25 +41,57 @@ const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
 const MAX_RETRY_WAIT: Duration = Duration::from_millis(500);
 
 /// One attempt's result.
-enum Attempt {
+pub(super) enum Attempt {
     Done(Result<Outcome, ProposeError>),
     /// Certainly not appended; try again (after a leader change or a short wait).
     Retry(String),
 }
 
+impl Attempt {
+    /// What the command at `position` of a combined batch gets of this attempt at the
+    /// batch (or at its only command, sent alone).
+    fn part(&self, position: usize) -> Attempt {
+        match self {
+            Attempt::Done(Ok(Outcome::Batch(answers))) => match answers.get(position) {
+                Some(answer) => Attempt::Done(Ok(Outcome::One(answer.clone()))),
+                None => Attempt::Done(Err(ProposeError::Unknown(format!(
+                    "a batch was answered with {} answers; command {position} has none",
+                    answers.len()
+                )))),
+            },
+            Attempt::Done(Ok(one)) => Attempt::Done(Ok(one.clone())),
+            Attempt::Done(Err(e)) => Attempt::Done(Err(e.clone())),
+            Attempt::Retry(why) => Attempt::Retry(why.clone()),
+        }
+    }
+}
+
+/// Why a proposal found no slot before its deadline.
+fn busy() -> String {
+    format!(
+        "{} other proposals were in flight all along",
+        super::forwards::FORWARDS
+    )
+}
+
 impl Shared {
     /// See [`super::Control::propose`].
-    pub(crate) async fn propose(&self, command: Proposal) -> Result<Outcome, ProposeError> {
-        self.check_size(&command)?;
+    pub(crate) async fn propose(
+        self: &Arc<Self>,
+        command: Proposal,
+    ) -> Result<Outcome, ProposeError> {
+        let size = self.check_size(&command)?;
         let started = Instant::now();
         let deadline = started + self.options.propose_timeout;
         let mut metrics = self.metrics.clone();
         let mut wait = FIRST_RETRY_WAIT;
         loop {
-            let attempt = match self.leader() {
-                Some((id, _)) if id == self.me => self.write_locally(&command, deadline).await,
-                Some((_, leader)) => self.forward(&leader, &command, deadline).await,
-                None => Attempt::Retry("no leader is known".into()),
+            let attempt = match &command {
+                Proposal::One(single) => self.combined(single, size, deadline).await,
+                _ => match self.forwards.slot(deadline).await {
+                    Some(_slot) => self.attempt(&command, deadline).await,
+                    None => Attempt::Retry(busy()),
+                },
             };
             let last = match attempt {
                 Attempt::Done(result) => return result,
@@ -100,15 +132,79 @@ impl Shared {
         }
     }
 
-    /// Refuses a proposal larger than one entry may be.
-    fn check_size(&self, command: &Proposal) -> Result<(), ProposeError> {
+    /// Refuses a proposal larger than one entry may be; its encoded size.
+    fn check_size(&self, command: &Proposal) -> Result<usize, ProposeError> {
         let max = self.options.max_command();
         let len = postcard::experimental::serialized_size(command)
             .map_err(|e| ProposeError::Refused(format!("cannot encode the command: {e}")))?;
         if len > max {
             return Err(ProposeError::TooLarge { len, max });
         }
-        Ok(())
+        Ok(len)
+    }
+
+    /// One attempt at `command`: on this node if it leads, else forwarded to the leader.
+    /// The caller holds one of the `forwards` slots.
+    async fn attempt(&self, command: &Proposal, deadline: Instant) -> Attempt {
+        match self.leader() {
+            Some((id, _)) if id == self.me => self.write_locally(command, deadline).await,
+            Some((_, leader)) => self.forward(&leader, command, deadline).await,
+            None => Attempt::Retry("no leader is known".into()),
+        }
+    }
+
+    /// One attempt at a single command, combined with whatever else is queued
+    /// (`forwards.rs`): queued, then either taken into another proposer's batch or sent
+    /// in a batch of our own once a slot is free.
+    async fn combined(
+        self: &Arc<Self>,
+        command: &Command,
+        size: usize,
+        deadline: Instant,
+    ) -> Attempt {
+        let (ticket, mut answered) = self.forwards.queue(command.clone(), size);
+        let abandoned = |_| {
+            Attempt::Done(Err(ProposeError::Unknown(
+                "the batch that carried the command ended without an answer".into(),
+            )))
+        };
+        loop {
+            let slot = tokio::select! {
+                biased;
+                answer = &mut answered => return answer.unwrap_or_else(abandoned),
+                slot = self.forwards.slot(deadline) => slot,
+            };
+            let Some(slot) = slot else {
+                if self.forwards.withdraw(ticket) {
+                    return Attempt::Retry(busy());
+                }
+                // Taken into a batch already: its answer comes by the taker's deadline.
+                return answered.await.unwrap_or_else(abandoned);
+            };
+            // A batch's own framing (its tag and length) is left room for.
+            let taken = self
+                .forwards
+                .take(self.options.max_command().saturating_sub(16));
+            if taken.commands.is_empty() {
+                // Another proposer took ours; nothing is left to send.
+                drop(slot);
+                return answered.await.unwrap_or_else(abandoned);
+            }
+            // The batch is sent from a task of its own, holding the slot: the proposers
+            // in it must not lose their answers because this one's caller gave up.
+            let shared = self.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                let mut commands = taken.commands.clone();
+                let attempt = if commands.len() == 1 {
+                    let one = commands.pop().expect("one command");
+                    shared.attempt(&Proposal::One(one), deadline).await
+                } else {
+                    shared.attempt(&Proposal::Batch(commands), deadline).await
+                };
+                taken.answer(|i| attempt.part(i));
+            });
+        }
     }
 
     /// Commits on this node, the leader.
@@ -149,12 +245,6 @@ impl Shared {
                     "cannot encode the command: {e}"
                 ))));
             }
-        };
-        let Some(_slot) = self.forwards.slot(deadline).await else {
-            return Attempt::Retry(format!(
-                "{} other proposals were being forwarded all along",
-                super::forwards::FORWARDS
-            ));
         };
         let call = attached.rpc.call(&leader.name, addr, PROPOSE, body);
         // A leader that died mid-call never answers, and its connection may take seconds

@@ -559,6 +559,38 @@ async fn a_burst_of_proposals_is_forwarded_a_few_at_a_time_and_all_answered() {
     group.shutdown().await;
 }
 
+/// A burst of small proposals, from a follower and on the leader itself, is committed
+/// in a few log entries rather than one each: every entry is replicated, written to disk
+/// and applied on every node (and each applied entry wakes the owner and the leader's
+/// plan), so a rebalance that releases thousands of slots one entry at a time kept the
+/// leader too busy to grant them again (the 10,000-resource convergence bench).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_proposals_is_committed_in_a_few_entries() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
+    for proposer in [follower, leader.clone()] {
+        let control = group.control(&proposer);
+        let before = *group.control(&leader).applied().borrow();
+        let burst = (0..300).map(|_| control.propose(join_command(&proposer)));
+        let answers = futures::future::join_all(burst).await;
+        assert!(
+            answers.iter().all(|a| *a == Ok(Response::Done)),
+            "{:?}",
+            answers.iter().find(|a| **a != Ok(Response::Done))
+        );
+        let entries = *group.control(&leader).applied().borrow() - before;
+        assert!(
+            entries <= 40,
+            "300 proposals made on {proposer} took {entries} log entries (at most 40)"
+        );
+    }
+    group.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_and_calls_out_of_order_are_refused() {
     init_logs();
