@@ -11,7 +11,9 @@
 //! (retried, then refused with the wait as the reason), never one that may have been.
 //! [`FORWARDS`] is a quarter of the streams a connection allows
 //! (`transport::TransportConfig`'s default), which leaves the rest to renewals and to
-//! answering the leader's own calls.
+//! answering the leader's own calls. On the leader the same slots pace its own combined
+//! batches (that is what lets commands queue up to be combined); a batch the leader
+//! proposes itself (placement's grants, expiries) takes no slot.
 //!
 //! **Combining.** The cap bounds a burst but does not speed it up, and every log entry
 //! costs every node a disk write and an apply, and wakes its owner and (on the leader)

@@ -88,10 +88,7 @@ impl Shared {
         loop {
             let attempt = match &command {
                 Proposal::One(single) => self.combined(single, size, deadline).await,
-                _ => match self.forwards.slot(deadline).await {
-                    Some(_slot) => self.attempt(&command, deadline).await,
-                    None => Attempt::Retry(busy()),
-                },
+                _ => self.alone(&command, deadline).await,
             };
             let last = match attempt {
                 Attempt::Done(result) => return result,
@@ -141,6 +138,18 @@ impl Shared {
             return Err(ProposeError::TooLarge { len, max });
         }
         Ok(len)
+    }
+
+    /// One attempt at a proposal that is not combined with others (a batch already): on
+    /// this node if it leads, else forwarded to the leader once a slot is free.
+    async fn alone(&self, command: &Proposal, deadline: Instant) -> Attempt {
+        if self.leader().is_some_and(|(id, _)| id == self.me) {
+            return self.write_locally(command, deadline).await;
+        }
+        match self.forwards.slot(deadline).await {
+            Some(_slot) => self.attempt(command, deadline).await,
+            None => Attempt::Retry(busy()),
+        }
     }
 
     /// One attempt at `command`: on this node if it leads, else forwarded to the leader.
