@@ -496,8 +496,15 @@ fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
     c.install_plugin_everywhere("pair", &manifest("pair", 2, "1.0.0"), &hb);
     c.install_plugin_everywhere("solo", &manifest("solo", 1, "1.0.0"), &hb);
     c.start();
-    let pair = c.wait_owners("pair", 2, |_| true);
-    let solo = c.wait_owners("solo", 1, |_| true);
+    // Three slots on three nodes settle one on each: the first node to open its session
+    // may take two and give one to a later node at once (a young slot moves to a node
+    // below the mean), so owners seen before that are not the ones the status will show.
+    let (pair, solo) = c.wait("one slot on each node", WAIT, |c| {
+        let (pair, solo) = (c.owners("pair"), c.owners("solo"));
+        let nodes: BTreeSet<&str> = pair.iter().chain(&solo).map(|o| o.node.as_str()).collect();
+        (pair.len() == 2 && solo.len() == 1 && nodes.len() == 3)
+            .then(|| (pair.clone(), solo.clone()))
+    });
 
     eprintln!("phase: status --json lists the nodes and the owners");
     let (want_pair, want_solo) = (owner_map(&pair), owner_map(&solo));

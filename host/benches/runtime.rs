@@ -17,8 +17,9 @@
 //!    [`HTTP_ROUNDS`] times each way, interleaved: sent directly with wasmtime-wasi-http's
 //!    `default_send_request`, and through `runtime::http::outgoing` (the path every plugin
 //!    request takes: allow-list, the lease check, the `tenure-*` headers, bounded
-//!    timeouts, the watch for D). Both open a fresh connection per request, as the
-//!    default sender does; the difference of the medians is the fence's cost.
+//!    timeouts, the watch for D, and our own sender, whose socket resets a connection
+//!    abandoned at D: `runtime/http/connect.rs`). Both open a fresh connection per
+//!    request; the difference of the medians is the fence's cost with our sender's.
 //! 4. **Startup with a warm compile cache.** `Runtime::load` of `heartbeat` with an empty
 //!    cache (compiles) and with a filled one (deserializes), [`LOAD_RUNS`] times each;
 //!    then the whole process: the real `tenure run` binary, from spawn to its first

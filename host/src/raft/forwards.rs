@@ -8,7 +8,8 @@
 //! slots in a few seconds had its releases time out after 5 s and lost its lease. So at
 //! most [`FORWARDS`] proposals are in flight at a time; the others wait here, before
 //! anything is sent, so a wait that runs out is a proposal certainly not appended
-//! (retried, then refused with the wait as the reason), never one that may have been.
+//! (retried, then `ProposeError::NoLeader` with the wait as the reason), never one that
+//! may have been.
 //! [`FORWARDS`] is a quarter of the streams a connection allows
 //! (`transport::TransportConfig`'s default), which leaves the rest to renewals and to
 //! answering the leader's own calls. On the leader the same slots pace its own combined
@@ -23,11 +24,19 @@
 //! queued (up to [`BATCH`] commands and the size bound of one entry) and proposes it as
 //! one batch, on the leader or forwarded to it; each proposer gets its own command's
 //! answer. A batch applies its commands one after the other, each answered as if
-//! proposed alone (`Cluster::apply_proposal`), so combining changes nothing but the entry
-//! count. When nothing else is queued a command goes at once, alone: combining adds no
-//! wait. A proposer whose command is still queued when its deadline passes takes it
-//! back, so it was certainly not sent; one taken into another proposer's batch waits for
-//! that batch's answer, which the taker's own deadline bounds.
+//! proposed alone (`Cluster::apply_proposal`), so combining changes nothing about what a
+//! command does. What it changes is that the batch's fate is every command's: a leader
+//! change, a lost answer or a timeout makes all of them `ProposeError::Unknown` (they
+//! may be applied) or all of them retried (certainly not appended), and each proposer
+//! does what it would have done alone. When nothing else is queued a command goes at
+//! once, alone: combining adds no wait.
+//!
+//! Deadlines: a batch is given the latest deadline of the commands in it, so a command
+//! taken in by a proposer that had waited long is not cut short by that proposer's
+//! deadline. A proposer waits for its answer only until its own deadline, then reports
+//! `Unknown` (its command is in a batch in flight, and may be applied), as a proposal
+//! sent alone does when its answer is late. A proposer whose command is still queued at
+//! its deadline, or whose caller gives up, takes it back: it was certainly not sent.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -62,6 +71,8 @@ struct Queue<R> {
 struct Waiting<R> {
     ticket: u64,
     command: Command,
+    /// Its proposer's deadline.
+    deadline: Instant,
     /// Its encoded size.
     size: usize,
     answer: oneshot::Sender<R>,
@@ -70,6 +81,8 @@ struct Waiting<R> {
 /// Commands taken from the queue to be proposed together, and where each answer goes.
 pub(super) struct Taken<R> {
     pub commands: Vec<Command>,
+    /// The latest deadline of the commands taken.
+    pub deadline: Option<Instant>,
     answers: Vec<oneshot::Sender<R>>,
 }
 
@@ -113,8 +126,14 @@ impl<R> Forwards<R> {
         Some(permit)
     }
 
-    /// Queues `command` (`size` bytes encoded); its ticket, and where its answer comes.
-    pub(super) fn queue(&self, command: Command, size: usize) -> (u64, oneshot::Receiver<R>) {
+    /// Queues `command` (`size` bytes encoded, to be answered by `deadline`); its ticket,
+    /// and where its answer comes.
+    pub(super) fn queue(
+        &self,
+        command: Command,
+        size: usize,
+        deadline: Instant,
+    ) -> (u64, oneshot::Receiver<R>) {
         let (answer, answered) = oneshot::channel();
         let mut queue = self.lock();
         let ticket = queue.next;
@@ -122,6 +141,7 @@ impl<R> Forwards<R> {
         queue.waiting.push_back(Waiting {
             ticket,
             command,
+            deadline,
             size,
             answer,
         });
@@ -144,6 +164,7 @@ impl<R> Forwards<R> {
         let mut queue = self.lock();
         let mut taken = Taken {
             commands: Vec::new(),
+            deadline: None,
             answers: Vec::new(),
         };
         let mut bytes = 0;
@@ -158,6 +179,7 @@ impl<R> Forwards<R> {
                 continue;
             }
             bytes += waiting.size;
+            taken.deadline = taken.deadline.max(Some(waiting.deadline));
             taken.commands.push(waiting.command);
             taken.answers.push(waiting.answer);
         }
@@ -172,5 +194,84 @@ impl<R> Forwards<R> {
     #[cfg(test)]
     pub(super) fn most(&self) -> usize {
         self.most.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn join(node: &str) -> Command {
+        Command::Join {
+            node: node.into(),
+            addr: "a:1".into(),
+            labels: Default::default(),
+        }
+    }
+
+    fn names(taken: &Taken<u32>) -> Vec<String> {
+        taken
+            .commands
+            .iter()
+            .map(|c| match c {
+                Command::Join { node, .. } => node.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn commands_are_taken_oldest_first_within_the_bounds_and_answered_in_place() {
+        let forwards = Forwards::<u32>::default();
+        let now = Instant::now();
+        let (_, a) = forwards.queue(join("a"), 100, now + Duration::from_secs(1));
+        let (_, b) = forwards.queue(join("b"), 100, now + Duration::from_secs(3));
+        let (_, c) = forwards.queue(join("c"), 100, now + Duration::from_secs(2));
+        // The byte bound: the first always, then while the total fits.
+        let taken = forwards.take(250);
+        assert_eq!(names(&taken), ["a", "b"]);
+        assert_eq!(
+            taken.deadline,
+            Some(now + Duration::from_secs(3)),
+            "the latest"
+        );
+        taken.answer(|i| i as u32 + 10);
+        assert_eq!((a.blocking_recv(), b.blocking_recv()), (Ok(10), Ok(11)));
+        let taken = forwards.take(1);
+        assert_eq!(
+            names(&taken),
+            ["c"],
+            "one over the bound alone is still taken"
+        );
+        taken.answer(|_| 7);
+        assert_eq!(c.blocking_recv(), Ok(7));
+        assert!(forwards.take(1000).commands.is_empty());
+        // The count bound.
+        let receivers: Vec<_> = (0..BATCH + 1)
+            .map(|i| forwards.queue(join(&format!("n{i}")), 1, now).1)
+            .collect();
+        assert_eq!(forwards.take(usize::MAX).commands.len(), BATCH);
+        assert_eq!(forwards.take(usize::MAX).commands.len(), 1);
+        drop(receivers);
+    }
+
+    #[test]
+    fn a_withdrawn_command_or_one_whose_proposer_left_is_never_taken() {
+        let forwards = Forwards::<u32>::default();
+        let now = Instant::now();
+        let (a, _a) = forwards.queue(join("a"), 1, now);
+        let (_, b) = forwards.queue(join("b"), 1, now);
+        let (_, _c) = forwards.queue(join("c"), 1, now);
+        assert!(forwards.withdraw(a));
+        assert!(!forwards.withdraw(a), "only once");
+        drop(b);
+        let taken = forwards.take(usize::MAX);
+        assert_eq!(names(&taken), ["c"]);
+        // Taken: it can no longer be withdrawn.
+        let (d, _d) = forwards.queue(join("d"), 1, now);
+        let _ = forwards.take(usize::MAX);
+        assert!(!forwards.withdraw(d));
     }
 }

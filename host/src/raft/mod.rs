@@ -466,7 +466,8 @@ impl Control {
 
     /// Commits `command` and returns the state machine's answer: directly when this node
     /// leads, else through the leader (forwarded, and retried across leader changes for
-    /// up to `propose_timeout` while it certainly was not applied).
+    /// up to `propose_timeout` while it certainly was not applied). Commands proposed at
+    /// once on this node share log entries (`forwards.rs`); each gets its own answer.
     pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
         match self.shared.propose(Proposal::One(command)).await? {
             Outcome::One(response) => Ok(response),
@@ -520,7 +521,8 @@ impl Control {
         self.shared.applied.clone()
     }
 
-    /// The most proposals this node has forwarded to the leader at once.
+    /// The most proposals this node has had in flight at once (forwarded, or its own
+    /// combined batches while it leads).
     #[cfg(test)]
     pub(crate) fn most_forwarded(&self) -> usize {
         self.shared.forwards.most()

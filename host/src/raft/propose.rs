@@ -15,6 +15,10 @@
 //! [`ProposeError::Unknown`], and the caller decides (re-read the state, or resend a
 //! command that is safe to repeat).
 //!
+//! **Single commands proposed at once are combined** into one batch, one log entry
+//! (`forwards.rs`): a command may travel in a batch another proposer on this node sends,
+//! and its answer, or the batch's error, comes back to it from there.
+//!
 //! Proposals larger than a quarter of the Raft message limit are refused up front, so
 //! every entry fits a replication message on its own. The leader applies the same bound
 //! to the PROPOSE payloads it is sent (`service.rs`), before decoding them: a follower's
@@ -25,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::RaftError as OpenRaftError;
+use tokio::sync::oneshot;
 
 use super::Shared;
 use super::error::ProposeError;
@@ -48,21 +53,49 @@ pub(super) enum Attempt {
 }
 
 impl Attempt {
-    /// What the command at `position` of a combined batch gets of this attempt at the
-    /// batch (or at its only command, sent alone).
+    /// This attempt at `count` combined commands (sent alone when one), or `Unknown` for
+    /// every command if the answer does not have their shape: one answer for one
+    /// command, a batch of `count` answers for more.
+    fn checked(self, count: usize) -> Attempt {
+        let fits = match &self {
+            Attempt::Done(Ok(Outcome::One(_))) => count == 1,
+            Attempt::Done(Ok(Outcome::Batch(answers))) => count > 1 && answers.len() == count,
+            Attempt::Done(Err(_)) | Attempt::Retry(_) => true,
+        };
+        if fits {
+            return self;
+        }
+        Attempt::Done(Err(ProposeError::Unknown(format!(
+            "{count} combined commands were answered with {}",
+            match self {
+                Attempt::Done(Ok(Outcome::Batch(answers))) => format!("{} answers", answers.len()),
+                _ => "one answer".into(),
+            }
+        ))))
+    }
+
+    /// What the command at `position` gets of a [`Attempt::checked`] attempt.
     fn part(&self, position: usize) -> Attempt {
         match self {
-            Attempt::Done(Ok(Outcome::Batch(answers))) => match answers.get(position) {
-                Some(answer) => Attempt::Done(Ok(Outcome::One(answer.clone()))),
-                None => Attempt::Done(Err(ProposeError::Unknown(format!(
-                    "a batch was answered with {} answers; command {position} has none",
-                    answers.len()
-                )))),
-            },
+            Attempt::Done(Ok(Outcome::Batch(answers))) => {
+                Attempt::Done(Ok(Outcome::One(answers[position].clone())))
+            }
             Attempt::Done(Ok(one)) => Attempt::Done(Ok(one.clone())),
             Attempt::Done(Err(e)) => Attempt::Done(Err(e.clone())),
             Attempt::Retry(why) => Attempt::Retry(why.clone()),
         }
+    }
+}
+
+/// Takes a proposer's command back from the queue when its wait ends, if still there.
+struct Withdraw<'a> {
+    forwards: &'a super::forwards::Forwards<Attempt>,
+    ticket: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        self.forwards.withdraw(self.ticket);
     }
 }
 
@@ -164,53 +197,69 @@ impl Shared {
 
     /// One attempt at a single command, combined with whatever else is queued
     /// (`forwards.rs`): queued, then either taken into another proposer's batch or sent
-    /// in a batch of our own once a slot is free.
+    /// in a batch of our own once a slot is free. Answered by `deadline` in either case.
     async fn combined(
         self: &Arc<Self>,
         command: &Command,
         size: usize,
         deadline: Instant,
     ) -> Attempt {
-        let (ticket, mut answered) = self.forwards.queue(command.clone(), size);
-        let abandoned = |_| {
-            Attempt::Done(Err(ProposeError::Unknown(
+        let (ticket, mut answered) = self.forwards.queue(command.clone(), size, deadline);
+        // Whatever ends this wait (an answer, the deadline, the caller giving up), a
+        // command still queued is taken back and never sent.
+        let _withdraw = Withdraw {
+            forwards: &self.forwards,
+            ticket,
+        };
+        let taken_in = async |answered: oneshot::Receiver<Attempt>| match tokio::time::timeout_at(
+            deadline.into(),
+            answered,
+        )
+        .await
+        {
+            Ok(Ok(attempt)) => attempt,
+            Ok(Err(_)) => Attempt::Done(Err(ProposeError::Unknown(
                 "the batch that carried the command ended without an answer".into(),
-            )))
+            ))),
+            Err(_) => Attempt::Done(Err(ProposeError::Unknown(
+                "the batch that carried the command was not answered within the bound".into(),
+            ))),
         };
         loop {
             let slot = tokio::select! {
                 biased;
-                answer = &mut answered => return answer.unwrap_or_else(abandoned),
+                answer = &mut answered => return answer.unwrap_or_else(|_| Attempt::Done(Err(
+                    ProposeError::Unknown("the batch that carried the command ended without an answer".into()),
+                ))),
                 slot = self.forwards.slot(deadline) => slot,
             };
             let Some(slot) = slot else {
                 if self.forwards.withdraw(ticket) {
                     return Attempt::Retry(busy());
                 }
-                // Taken into a batch already: its answer comes by the taker's deadline.
-                return answered.await.unwrap_or_else(abandoned);
+                return taken_in(answered).await;
             };
             // A batch's own framing (its tag and length) is left room for.
             let taken = self
                 .forwards
                 .take(self.options.max_command().saturating_sub(16));
-            if taken.commands.is_empty() {
+            let Some(batch_deadline) = taken.deadline else {
                 // Another proposer took ours; nothing is left to send.
                 drop(slot);
-                return answered.await.unwrap_or_else(abandoned);
-            }
+                return taken_in(answered).await;
+            };
             // The batch is sent from a task of its own, holding the slot: the proposers
             // in it must not lose their answers because this one's caller gave up.
             let shared = self.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let mut commands = taken.commands.clone();
-                let attempt = if commands.len() == 1 {
-                    let one = commands.pop().expect("one command");
-                    shared.attempt(&Proposal::One(one), deadline).await
-                } else {
-                    shared.attempt(&Proposal::Batch(commands), deadline).await
+                let count = taken.commands.len();
+                let proposal = match <[Command; 1]>::try_from(taken.commands.clone()) {
+                    Ok([one]) => Proposal::One(one),
+                    Err(commands) => Proposal::Batch(commands),
                 };
+                let attempt = shared.attempt(&proposal, batch_deadline).await;
+                let attempt = attempt.checked(count);
                 taken.answer(|i| attempt.part(i));
             });
         }

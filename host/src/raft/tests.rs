@@ -575,13 +575,27 @@ async fn a_burst_of_proposals_is_committed_in_a_few_entries() {
     for proposer in [follower, leader.clone()] {
         let control = group.control(&proposer);
         let before = *group.control(&leader).applied().borrow();
-        let burst = (0..300).map(|_| control.propose(join_command(&proposer)));
+        // Two kinds of command with different answers, interleaved, so that an answer
+        // handed to the wrong proposer shows: a join is done, a release of a slot that
+        // was never granted is stale.
+        let command = |i: u64| match i % 2 {
+            0 => join_command(&proposer),
+            _ => Command::Release {
+                resource: format!("never-granted-{i}"),
+                slot: 0,
+                token: i,
+                at_ms: 0,
+            },
+        };
+        let expected = |i: u64| match i % 2 {
+            0 => Ok(Response::Done),
+            _ => Ok(Response::Stale),
+        };
+        let burst = (0..300).map(|i| control.propose(command(i)));
         let answers = futures::future::join_all(burst).await;
-        assert!(
-            answers.iter().all(|a| *a == Ok(Response::Done)),
-            "{:?}",
-            answers.iter().find(|a| **a != Ok(Response::Done))
-        );
+        for (i, answer) in (0..).zip(&answers) {
+            assert_eq!(*answer, expected(i), "proposal {i} on {proposer}");
+        }
         let entries = *group.control(&leader).applied().borrow() - before;
         assert!(
             entries <= 40,
