@@ -73,7 +73,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
-use common::{Summary, load_average, micros, millis, print_machine};
+use common::{Summary, load_average, micros, millis, print_machine, target_dir};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -1598,24 +1598,6 @@ fn build_heartbeat() -> anyhow::Result<PathBuf> {
         .join("wasm32-wasip2")
         .join("plugin")
         .join("heartbeat.wasm"))
-}
-
-/// The target dir: this benchmark runs as `<target>/[<triple>/]<profile>/deps/<bench>`,
-/// and cargo marks `<target>` with a `CACHEDIR.TAG` file.
-fn target_dir() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("the benchmark's own path")?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("the benchmark is not in <target>/<profile>/deps")?;
-    profile_dir
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .or(profile_dir.parent())
-        .map(Path::to_path_buf)
-        .context("no target dir above the benchmark")
 }
 
 // ---------------------------------------------------------------------------------------

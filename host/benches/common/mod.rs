@@ -2,6 +2,7 @@
 //! machine-load line printed before and after a run (figures from a small, shared
 //! machine are only comparable with the load beside them).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Order statistics of a sample.
@@ -66,4 +67,25 @@ pub fn print_machine(when: &str) {
         "machine {when}: {cores} cores, load average {}",
         load_average()
     );
+}
+
+/// The target dir: a benchmark runs as `<target>/[<triple>/]<profile>/deps/<bench>`, and
+/// cargo marks `<target>` with a `CACHEDIR.TAG` file when it creates it (a target dir
+/// made otherwise, or copied, may have none: then the profile dir's parent).
+#[allow(dead_code, reason = "the scale and transport benches build no plugin")]
+pub fn target_dir() -> anyhow::Result<PathBuf> {
+    use anyhow::Context as _;
+    let exe = std::env::current_exe().context("the benchmark's own path")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("the benchmark is not in <target>/<profile>/deps")?;
+    profile_dir
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .or(profile_dir.parent())
+        .map(Path::to_path_buf)
+        .context("no target dir above the benchmark")
 }

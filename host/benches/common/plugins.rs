@@ -184,15 +184,7 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// The target dir: a benchmark runs as `<target>/[<triple>/]<profile>/deps/<bench>`,
-/// and cargo marks `<target>` with a `CACHEDIR.TAG` file.
-pub fn target_dir() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("the benchmark's own path")?;
-    exe.ancestors()
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .map(Path::to_path_buf)
-        .context("no target dir above the benchmark")
-}
+pub use super::common::target_dir;
 
 fn workspace() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
