@@ -211,16 +211,18 @@ impl Shared {
             forwards: &self.forwards,
             ticket,
         };
+        let unanswered = |_| {
+            Attempt::Done(Err(ProposeError::Unknown(
+                "the batch that carried the command ended without an answer".into(),
+            )))
+        };
         let taken_in = async |answered: oneshot::Receiver<Attempt>| match tokio::time::timeout_at(
             deadline.into(),
             answered,
         )
         .await
         {
-            Ok(Ok(attempt)) => attempt,
-            Ok(Err(_)) => Attempt::Done(Err(ProposeError::Unknown(
-                "the batch that carried the command ended without an answer".into(),
-            ))),
+            Ok(answer) => answer.unwrap_or_else(unanswered),
             Err(_) => Attempt::Done(Err(ProposeError::Unknown(
                 "the batch that carried the command was not answered within the bound".into(),
             ))),
@@ -228,9 +230,7 @@ impl Shared {
         loop {
             let slot = tokio::select! {
                 biased;
-                answer = &mut answered => return answer.unwrap_or_else(|_| Attempt::Done(Err(
-                    ProposeError::Unknown("the batch that carried the command ended without an answer".into()),
-                ))),
+                answer = &mut answered => return answer.unwrap_or_else(unanswered),
                 slot = self.forwards.slot(deadline) => slot,
             };
             let Some(slot) = slot else {
@@ -240,7 +240,7 @@ impl Shared {
                 return taken_in(answered).await;
             };
             // A batch's own framing (its tag and length) is left room for.
-            let taken = self
+            let mut taken = self
                 .forwards
                 .take(self.options.max_command().saturating_sub(16));
             let Some(batch_deadline) = taken.deadline else {
@@ -253,8 +253,9 @@ impl Shared {
             let shared = self.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let count = taken.commands.len();
-                let proposal = match <[Command; 1]>::try_from(taken.commands.clone()) {
+                let commands = std::mem::take(&mut taken.commands);
+                let count = commands.len();
+                let proposal = match <[Command; 1]>::try_from(commands) {
                     Ok([one]) => Proposal::One(one),
                     Err(commands) => Proposal::Batch(commands),
                 };

@@ -70,3 +70,15 @@ impl StalledServer {
             .expect("the server reports how the connection ended")
     }
 }
+
+/// Asserts what the fence promises of a connection that still held `queued` bytes at D:
+/// the server got fewer than that, and then a reset, not a clean end.
+pub(super) fn assert_cut_off(received: usize, end: &std::io::Result<()>, queued: usize) {
+    assert!(
+        end.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "after D the server read {received} of the {queued} bytes queued for it and then \
+         {end:?}: the bytes queued at D reached it after D"
+    );
+    assert!(received < queued, "{received} of {queued}");
+}
