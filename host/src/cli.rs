@@ -21,7 +21,7 @@ use crate::runtime::{self, Runtime};
 
 /// Tenure: a WebAssembly plugin host for owned tasks.
 #[derive(Debug, Parser)]
-#[command(name = "tenure", version, about)]
+#[command(name = "tenure", version, long_version = crate::version::long(), about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -96,6 +96,9 @@ pub const LEASE_RENEWAL_FAILED: &str = "lease.renewal_failed";
 pub const CONTROL_ERROR: &str = "control.error";
 /// A leadership round (a renewal waits for one) took longer than the election timeout.
 pub const CONTROL_SLOW_ROUND: &str = "control.slow_round";
+/// The Raft store was migrated from an older format at start (`from`, `to`, `backup`:
+/// where the store as it was is kept).
+pub const STORE_MIGRATED: &str = "store.migrated";
 /// An operator request was accepted for proposal (`operator`, `request`).
 pub const ADMIN_REQUEST: &str = "admin.request";
 /// No `[tls]` was configured, and development certificates were made in the data dir.

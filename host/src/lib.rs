@@ -11,6 +11,8 @@ pub mod cluster;
 pub mod config;
 pub mod envelope;
 pub mod events;
+#[cfg(test)]
+mod golden;
 pub mod metrics;
 pub mod node;
 pub mod owner_only;
@@ -25,3 +27,4 @@ pub mod runtime;
 pub mod supervisor;
 pub mod terminal;
 pub mod transport;
+pub mod version;

@@ -154,6 +154,16 @@ mod wire;
 
 #[cfg(test)]
 mod proptests;
+
+/// Decodes sealed wire bytes and encodes them again (the golden-byte tests' check that
+/// old bytes still read).
+#[cfg(test)]
+pub(crate) fn reencode_sealed(bytes: &[u8]) -> Result<Vec<u8>, Rejection> {
+    let (body, signature) = wire::decode_sealed(bytes)?;
+    let envelope = wire::decode_body(body)?;
+    let body = postcard::to_allocvec(&envelope).expect("an envelope encodes");
+    Ok(wire::encode_sealed(&body, signature))
+}
 #[cfg(test)]
 mod tests;
 

@@ -50,11 +50,15 @@ use crate::supervisor::Deps;
 use crate::transport::{ResetKey, TlsFiles, TransportConfig};
 
 pub use grants::GIVE_UP_COOLDOWN;
+#[cfg(test)]
+pub(crate) use handoff::{Ask, Heard, LEADER_HEARD};
 use leader::Liveness;
 use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
 use plugins::Folder;
 use session::Renewals;
+#[cfg(test)]
+pub(crate) use session::{RENEW, Renew, Renewed};
 use shared::{Shared, now_ms};
 
 /// Why a node could not start.
@@ -118,6 +122,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     preflight::addresses_free(listen, config.metrics)?;
     preflight::tls_usable(config.tls.as_ref(), &config.name)?;
     preflight::data_dir_free(&config.data_dir)?;
+    preflight::store_format(&config.data_dir)?;
     if let Some(tls) = &config.tls {
         datadir::warn_if_key_readable(&tls.key);
     }

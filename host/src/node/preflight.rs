@@ -33,6 +33,8 @@ pub enum Refused {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    StoreFormat(#[from] crate::raft::FormatError),
     #[error("cannot load the TLS files: {0}")]
     Tls(crate::pki::PkiError),
     #[error(
@@ -56,6 +58,14 @@ pub enum Refused {
         carries: String,
         name: String,
     },
+}
+
+/// Refuses a data dir whose Raft store this build cannot read (a newer format), reading
+/// only; an older store is migrated later, when the control plane opens it.
+pub fn store_format(data_dir: &Path) -> Result<(), Refused> {
+    let found = crate::raft::inspect_format(data_dir)?;
+    crate::raft::check_format(&found, data_dir)?;
+    Ok(())
 }
 
 /// Loads the configured certificate, key and CA bundle once, reading only, so that a bad

@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::ControlError;
+use super::format;
 use super::types::{StorageError, StorageIOError};
 
 /// The file name under the data directory.
@@ -47,12 +48,21 @@ pub(crate) const CURRENT: &str = "current";
 /// (its tasks drop their handles as they end, just after a shutdown).
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
-/// Opens (or creates) `dir/raft.redb` and its tables.
+/// Opens (or creates) `dir/raft.redb` and its tables, after checking its format and
+/// migrating an older one (`format.rs`).
 pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
     let path = dir.join(FILE);
     let failed = |reason: String| ControlError::Storage {
         path: path.clone(),
         reason,
+    };
+    // Before the file is opened for writing: a newer store must stay as it is, and an
+    // older one is copied aside while it is still untouched.
+    let plan = {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || format::prepare(&dir))
+            .await
+            .map_err(|e| failed(format!("the format check failed: {e}")))??
     };
     crate::owner_only::create_dir(dir)
         .map_err(|e| failed(format!("cannot create the directory: {e}")))?;
@@ -80,15 +90,30 @@ pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
     };
     let db = Arc::new(db);
     let init = db.clone();
-    blocking(move || {
+    let plan = blocking(move || {
         let tx = init.begin_write().map_err(write)?;
         tx.open_table(LOG).map_err(write)?;
         tx.open_table(META).map_err(write)?;
         tx.open_table(SNAPSHOT).map_err(write)?;
-        tx.commit().map_err(write)
+        format::apply(&plan, &tx).map_err(write)?;
+        tx.commit().map_err(write)?;
+        Ok(plan)
     })
     .await
     .map_err(|e| failed(e.to_string()))?;
+    if let format::Plan::Migrate { from, backup } = plan {
+        tracing::warn!(
+            event = crate::events::STORE_MIGRATED,
+            path = %path.display(),
+            from,
+            to = format::STORE_FORMAT,
+            backup = %backup.display(),
+            "migrated the Raft store {} from format {from} to format {}; the store as it was is kept at {} (to go back to the earlier build, stop the node and put it back; delete it once this build runs well)",
+            path.display(),
+            format::STORE_FORMAT,
+            backup.display(),
+        );
+    }
     Ok(db)
 }
 

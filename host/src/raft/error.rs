@@ -24,6 +24,10 @@ pub enum ControlError {
         /// What went wrong.
         reason: String,
     },
+    /// The Raft store is in a format this build cannot use (newer, or damaged); nothing
+    /// on disk was changed.
+    #[error(transparent)]
+    Format(#[from] super::format::FormatError),
     /// openraft refused to start.
     #[error("cannot start Raft: {0}")]
     Start(String),
@@ -56,6 +60,7 @@ impl ControlError {
             ControlError::Join { .. } | ControlError::NotLeader(_) => true,
             ControlError::Options(_)
             | ControlError::Storage { .. }
+            | ControlError::Format(_)
             | ControlError::Start(_)
             | ControlError::NotAttached
             | ControlError::Bootstrap(_)

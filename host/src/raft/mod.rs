@@ -46,6 +46,7 @@
 
 mod db;
 mod error;
+mod format;
 mod forwards;
 mod heard;
 mod kinds;
@@ -67,6 +68,12 @@ mod attack_tests;
 #[cfg(test)]
 mod decode_proptests;
 #[cfg(test)]
+mod format_tests;
+#[cfg(test)]
+mod golden;
+#[cfg(test)]
+pub(crate) use golden::{golden_store_samples, golden_wire_samples};
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +87,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use error::{ControlError, ProposeError};
+pub use format::{
+    FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
+};
 pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply, VOTE,
 };

@@ -55,10 +55,10 @@ pub struct StateMachine {
 
 /// A snapshot's content: everything needed to resume applying after it.
 #[derive(Serialize, Deserialize)]
-struct Image {
-    applied: Option<LogId>,
-    membership: StoredMembership,
-    cluster: Cluster,
+pub(super) struct Image {
+    pub(super) applied: Option<LogId>,
+    pub(super) membership: StoredMembership,
+    pub(super) cluster: Cluster,
 }
 
 /// [`Image`] borrowing the cluster, to serialize it under the read lock without a copy
@@ -72,9 +72,9 @@ struct ImageRef<'a> {
 
 /// What the `snapshot` table holds.
 #[derive(Serialize, Deserialize)]
-struct Stored {
-    meta: SnapshotMeta,
-    data: Vec<u8>,
+pub(super) struct Stored {
+    pub(super) meta: SnapshotMeta,
+    pub(super) data: Vec<u8>,
 }
 
 impl StateMachine {

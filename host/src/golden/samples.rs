@@ -1,0 +1,481 @@
+//! The sample values of the golden-byte tests: one of every command kind, a cluster state
+//! reached by applying them, and the messages of the wire and admin domains.
+//!
+//! Values are fixed (no clock, no randomness): a sample must encode to the same bytes on
+//! every run. Ed25519 signatures are deterministic, so even a sealed envelope is.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::Sample;
+use crate::api::{
+    AdminRequest, AdminResponse, Batch, RaftView, Status, StatusPage, StatusQuery, WatchAnswer,
+    listing,
+};
+use crate::cluster::{Advert, Cluster, Command, Handover, Outcome, Pool, Proposal, Response};
+use crate::envelope::{Envelope, Sealer};
+use crate::node::{Ask, Heard, LEADER_HEARD, RENEW, Renew, Renewed};
+use crate::pki::{Algo, Signer};
+
+/// The wall clock the samples carry: 2026-01-01T00:00:00Z in ms.
+pub(crate) const T0: u64 = 1_767_225_600_000;
+
+fn digest(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+fn advert(plugin: &str, version: &str, tickets: u32, c: char) -> Advert {
+    Advert {
+        plugin: plugin.into(),
+        version: version.parse().unwrap(),
+        digest: digest(c),
+        tickets,
+        require: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+        footprint: Pool::default(),
+    }
+}
+
+/// One command of every kind, in an order that applies cleanly from an empty cluster at
+/// log indexes 1, 2, …: the grants get the tokens 9 (`counter/0`) and 10 (`pair/1`).
+pub(crate) fn commands() -> Vec<Command> {
+    vec![
+        // 1
+        Command::Join {
+            node: "n1".into(),
+            addr: "10.0.0.1:7400".into(),
+            labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+        },
+        // 2
+        Command::Join {
+            node: "n2".into(),
+            addr: "10.0.0.2:7400".into(),
+            labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+        },
+        // 3
+        Command::OpenSession {
+            node: "n1".into(),
+            at_ms: T0,
+        },
+        // 4
+        Command::OpenSession {
+            node: "n2".into(),
+            at_ms: T0 + 1,
+        },
+        // 5
+        Command::Advertise {
+            node: "n1".into(),
+            plugins: BTreeMap::from([
+                ("counter".to_string(), advert("counter", "1.2.3", 1, 'c')),
+                ("pair".to_string(), advert("pair", "0.1.0-rc.1", 2, 'p')),
+            ]),
+        },
+        // 6
+        Command::AdvertiseChanges {
+            node: "n2".into(),
+            set: BTreeMap::from([
+                ("counter".to_string(), advert("counter", "1.2.3", 1, 'c')),
+                ("pair".to_string(), advert("pair", "0.1.0-rc.1", 2, 'p')),
+            ]),
+            remove: vec!["gone".into()],
+        },
+        // 7
+        Command::SetDraining {
+            node: "n2".into(),
+            draining: true,
+        },
+        // 8
+        Command::SetDraining {
+            node: "n2".into(),
+            draining: false,
+        },
+        // 9: token 9
+        Command::Assign {
+            resource: "counter".into(),
+            slot: 0,
+            node: "n1".into(),
+            session: 3,
+            version: "1.2.3".parse().unwrap(),
+            digest: digest('c'),
+            at_ms: T0 + 9,
+        },
+        // 10: token 10
+        Command::Assign {
+            resource: "pair".into(),
+            slot: 1,
+            node: "n2".into(),
+            session: 4,
+            version: "0.1.0-rc.1".parse().unwrap(),
+            digest: digest('p'),
+            at_ms: T0 + 10,
+        },
+        // 11
+        Command::SaveState {
+            resource: "counter".into(),
+            slot: 0,
+            token: 9,
+            data: 18u64.to_le_bytes().to_vec(),
+        },
+        // 12: counter/0 gets token 12
+        Command::Regrant {
+            resource: "counter".into(),
+            slot: 0,
+            token: 9,
+            at_ms: T0 + 12,
+        },
+        // 13
+        Command::BeginHandover {
+            resource: "pair".into(),
+            slot: 1,
+            token: 10,
+            reason: Handover::Moved,
+            to: Some("n1".into()),
+            at_ms: T0 + 13,
+        },
+        // 14
+        Command::Release {
+            resource: "pair".into(),
+            slot: 1,
+            token: 10,
+            at_ms: T0 + 14,
+        },
+        // 15
+        Command::GiveUp {
+            resource: "counter".into(),
+            slot: 0,
+            token: 12,
+            until_ms: T0 + 60_000,
+            at_ms: T0 + 15,
+        },
+        // 16
+        Command::Revoke {
+            key: digest('9'),
+            certificate: Some(digest('8')),
+            node: Some("n4".into()),
+            at_ms: T0 + 16,
+        },
+        // 17
+        Command::EndSession {
+            node: "n2".into(),
+            session: 4,
+            expired_in: Some(3),
+            at_ms: T0 + 17,
+        },
+        // 18
+        Command::Remove {
+            node: "n2".into(),
+            at_ms: T0 + 18,
+        },
+        // 19
+        Command::EndSession {
+            node: "n1".into(),
+            session: 3,
+            expired_in: None,
+            at_ms: T0 + 19,
+        },
+    ]
+}
+
+/// The cluster after [`commands`] (each applied alone at its index, in term 3), and the
+/// answers, checked so that the samples stay states `apply` reaches.
+pub(crate) fn cluster() -> Cluster {
+    let mut cluster = Cluster::default();
+    for (i, command) in commands().into_iter().enumerate() {
+        let index = i as u64 + 1;
+        let response = cluster.apply(index, 3, command.clone());
+        assert!(
+            !matches!(
+                response,
+                Response::Refused(_) | Response::Stale | Response::Forbidden(_)
+            ),
+            "sample command {index} ({command:?}) was not applied: {response:?}"
+        );
+    }
+    cluster
+}
+
+/// Every answer a command can get.
+pub(crate) fn responses() -> Vec<Response> {
+    vec![
+        Response::Done,
+        Response::Session(3),
+        Response::Granted { token: 9, term: 3 },
+        Response::Stale,
+        Response::Refused("the slot is vacant".into()),
+        Response::Forbidden("n2 may not speak for n1".into()),
+    ]
+}
+
+/// Proposals of every shape.
+pub(crate) fn proposals() -> Vec<(&'static str, Proposal)> {
+    let one = commands()[0].clone();
+    let two = vec![commands()[2].clone(), commands()[10].clone()];
+    vec![
+        ("one", Proposal::One(one.clone())),
+        ("batch", Proposal::Batch(two.clone())),
+        (
+            "one-from",
+            Proposal::OneFrom {
+                by: "n2".into(),
+                command: one,
+            },
+        ),
+        (
+            "batch-from",
+            Proposal::BatchFrom {
+                by: "n2".into(),
+                commands: two,
+            },
+        ),
+    ]
+}
+
+/// Outcomes of both shapes.
+pub(crate) fn outcomes() -> Vec<(&'static str, Outcome)> {
+    vec![
+        ("one", Outcome::One(Response::Granted { token: 9, term: 3 })),
+        ("batch", Outcome::Batch(responses())),
+    ]
+}
+
+/// A signer with a fixed Ed25519 key (PKCS#8 v1 of the seed 1, 2, …, 32).
+fn signer() -> Signer {
+    let mut pkcs8 = hex::decode("302e020100300506032b657004220420").unwrap();
+    pkcs8.extend(1..=32u8);
+    Signer::from_pkcs8(Algo::Ed25519, &pkcs8).expect("a fixed Ed25519 key")
+}
+
+/// The node-to-node samples outside Raft: the sealed envelope and the node's own kinds.
+pub(super) fn wire() -> Vec<Sample> {
+    let sealer = Sealer::new("n1".into(), 1_767_225_600_123);
+    let sent = UNIX_EPOCH + Duration::from_millis(T0 + 5);
+    let payload = postcard::to_allocvec(&Renew { session: 3 }).unwrap();
+    let sealed = sealer.seal(&signer(), "n2", RENEW, &payload, sent);
+    assert_eq!(RENEW, 20);
+    assert_eq!(LEADER_HEARD, 21);
+    vec![
+        Sample::raw("envelope-sealed", sealed, |bytes| {
+            crate::envelope::reencode_sealed(bytes).map_err(|e| e.to_string())
+        }),
+        Sample::of(
+            "envelope-body",
+            &Envelope {
+                sender: "n1".into(),
+                recipient: "n2".into(),
+                incarnation: 7,
+                seq: 42,
+                sent_at_ms: T0,
+                kind: RENEW,
+                payload: vec![1, 2, 3],
+            },
+        ),
+        Sample::of("renew-20-request", &Renew { session: 3 }),
+        Sample::of("renew-20-answer-ok", &Renewed::Ok),
+        Sample::of("renew-20-answer-unknown", &Renewed::UnknownSession),
+        Sample::of("leader-heard-21-request", &Ask { term: 5 }),
+        Sample::of(
+            "leader-heard-21-answer",
+            &Heard {
+                elapsed_us: Some(1_500_000),
+            },
+        ),
+        Sample::of("leader-heard-21-answer-none", &Heard { elapsed_us: None }),
+    ]
+}
+
+/// What operators and nodes say to each other: every request and every answer.
+pub(super) fn admin() -> Vec<Sample> {
+    let (requests, responses) = admin_values();
+    let mut samples: Vec<Sample> = requests
+        .iter()
+        .map(|(name, r)| Sample::of(format!("request-{name}"), r))
+        .collect();
+    samples.extend(
+        responses
+            .iter()
+            .map(|(name, r)| Sample::of(format!("answer-{name}"), r)),
+    );
+    samples
+}
+
+/// Every admin request and answer, named.
+type AdminValues = (
+    Vec<(&'static str, AdminRequest)>,
+    Vec<(&'static str, AdminResponse)>,
+);
+
+fn admin_values() -> AdminValues {
+    let cluster = cluster();
+    let raft = RaftView {
+        node: "n1".into(),
+        leader: Some("n1".into()),
+        term: 3,
+        voters: vec!["n1".into()],
+        learners: vec![],
+    };
+    let pending = vec![("pair".to_string(), 0, "no eligible node".to_string())];
+    let status = Status::build(&cluster, raft, pending.clone(), T0 + 60_000);
+    let pending: BTreeMap<(String, u32), String> = pending
+        .into_iter()
+        .map(|(r, s, why)| ((r, s), why))
+        .collect();
+    let requests = vec![
+        ("status", AdminRequest::Status),
+        (
+            "move",
+            AdminRequest::Move {
+                resource: "pair".into(),
+                slot: Some(1),
+                to: "n2".into(),
+            },
+        ),
+        ("drain", AdminRequest::Drain { node: "n2".into() }),
+        ("undrain", AdminRequest::Undrain { node: "n2".into() }),
+        (
+            "release",
+            AdminRequest::Release {
+                resource: "counter".into(),
+                slot: None,
+            },
+        ),
+        (
+            "revoke",
+            AdminRequest::Revoke {
+                key: digest('9'),
+                certificate: Some(digest('8')),
+                node: Some("n4".into()),
+            },
+        ),
+        ("remove", AdminRequest::Remove { node: "n2".into() }),
+        (
+            "status-page",
+            AdminRequest::StatusPage(StatusQuery {
+                resource: Some("pair".into()),
+                node: Some("n1".into()),
+                snapshot: Some(2),
+                after: Some("counter".into()),
+            }),
+        ),
+        (
+            "watch",
+            AdminRequest::Watch {
+                resource: Some("pair".into()),
+                after: Some(12),
+            },
+        ),
+    ];
+    let responses = vec![
+        ("status", AdminResponse::Status(status.clone())),
+        ("done", AdminResponse::Done("n2 drains".into())),
+        (
+            "leader",
+            AdminResponse::Leader {
+                node: "n1".into(),
+                addr: "10.0.0.1:7400".into(),
+            },
+        ),
+        (
+            "status-page",
+            AdminResponse::StatusPage(StatusPage {
+                snapshot: 2,
+                status,
+                next: Some("pair".into()),
+            }),
+        ),
+        (
+            "watch",
+            AdminResponse::Watch(WatchAnswer {
+                node: "n1".into(),
+                batch: Batch::Listing,
+                upto: 19,
+                events: listing(&cluster, None, &pending).unwrap(),
+                members: vec![("n1".into(), "10.0.0.1:7400".into())],
+            }),
+        ),
+    ];
+    (requests, responses)
+}
+
+/// Which kind `command` is: the match has no wildcard, so a new kind of command does not
+/// compile until it is listed here, and [`every_kind_has_a_sample`] then asks for its sample.
+fn command_kind(command: &Command) -> &'static str {
+    match command {
+        Command::Join { .. } => "join",
+        Command::Advertise { .. } => "advertise",
+        Command::AdvertiseChanges { .. } => "advertise-changes",
+        Command::OpenSession { .. } => "open-session",
+        Command::EndSession { .. } => "end-session",
+        Command::Assign { .. } => "assign",
+        Command::Regrant { .. } => "regrant",
+        Command::BeginHandover { .. } => "begin-handover",
+        Command::Release { .. } => "release",
+        Command::GiveUp { .. } => "give-up",
+        Command::SaveState { .. } => "save-state",
+        Command::SetDraining { .. } => "set-draining",
+        Command::Revoke { .. } => "revoke",
+        Command::Remove { .. } => "remove",
+    }
+}
+
+/// As [`command_kind`], for the answers.
+fn response_kind(response: &Response) -> &'static str {
+    match response {
+        Response::Done => "done",
+        Response::Session(_) => "session",
+        Response::Granted { .. } => "granted",
+        Response::Stale => "stale",
+        Response::Refused(_) => "refused",
+        Response::Forbidden(_) => "forbidden",
+    }
+}
+
+/// As [`command_kind`], for operator requests.
+fn request_kind(request: &AdminRequest) -> &'static str {
+    match request {
+        AdminRequest::Status => "status",
+        AdminRequest::Move { .. } => "move",
+        AdminRequest::Drain { .. } => "drain",
+        AdminRequest::Undrain { .. } => "undrain",
+        AdminRequest::Release { .. } => "release",
+        AdminRequest::Revoke { .. } => "revoke",
+        AdminRequest::Remove { .. } => "remove",
+        AdminRequest::StatusPage(_) => "status-page",
+        AdminRequest::Watch { .. } => "watch",
+    }
+}
+
+/// As [`command_kind`], for the answers to operators.
+fn answer_kind(answer: &AdminResponse) -> &'static str {
+    match answer {
+        AdminResponse::Status(_) => "status",
+        AdminResponse::Done(_) => "done",
+        AdminResponse::Leader { .. } => "leader",
+        AdminResponse::StatusPage(_) => "status-page",
+        AdminResponse::Watch(_) => "watch",
+    }
+}
+
+#[test]
+fn every_kind_has_a_sample() {
+    use std::collections::BTreeSet;
+    let commands: BTreeSet<_> = commands().iter().map(command_kind).collect();
+    assert_eq!(
+        commands.len(),
+        14,
+        "command kinds with a sample: {commands:?}"
+    );
+    let responses: BTreeSet<_> = responses().iter().map(response_kind).collect();
+    assert_eq!(
+        responses.len(),
+        6,
+        "response kinds with a sample: {responses:?}"
+    );
+    let (requests, answers) = admin_values();
+    let requests: BTreeSet<_> = requests.iter().map(|(_, r)| request_kind(r)).collect();
+    assert_eq!(
+        requests.len(),
+        9,
+        "admin requests with a sample: {requests:?}"
+    );
+    let answers: BTreeSet<_> = answers.iter().map(|(_, a)| answer_kind(a)).collect();
+    assert_eq!(answers.len(), 5, "admin answers with a sample: {answers:?}");
+}

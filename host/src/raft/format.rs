@@ -1,0 +1,297 @@
+//! The Raft store's format record, and the migration of older stores at start.
+//!
+//! `raft.redb` holds postcard encodings of log entries, the vote and snapshots. postcard is
+//! positional: a field added to a struct, or an enum variant inserted before another,
+//! changes what old bytes mean. So the store says which encoding it holds, in a table of
+//! its own (`format`) that is read before anything else and whose layout never changes:
+//! string keys, and values in fixed encodings that do not depend on postcard or serde.
+//!
+//! | key | value |
+//! |---|---|
+//! | `version` | the store format, a `u32`, 4 bytes little-endian |
+//! | `writer` | the build that last opened the store for writing, UTF-8 (`tenure 0.1.0`) |
+//!
+//! Keys may be added later without a new format (a reader ignores keys it does not
+//! know); a value's encoding never changes.
+//!
+//! **Formats.** Every format a build can read is listed in [`FORMATS`]; this build writes
+//! [`STORE_FORMAT`]. The golden-byte tests (`crate::golden`) pin the bytes of every stored
+//! type to the format they belong to, so a change of encoding fails CI until it comes with
+//! a new format number and its migration here.
+//!
+//! **At start** ([`inspect`], then [`prepare`]): a store of a newer format is refused with
+//! both versions named, and nothing on disk is touched (the record is read through redb's
+//! read-only mode, or from a copy outside the data dir when the file needs redb's repair
+//! after a crash). A store of an older format is copied aside (`raft.redb.format-N`,
+//! fsynced) before anything is written, then migrated once, in the same write transaction
+//! that records the new format: a crash during a migration leaves the old store as it was.
+//! A store without a record was written before records existed: format 1.
+//!
+//! What this module deliberately does not do: version the node's other files (the compile
+//! cache is keyed by the engine and re-made at will; the incarnation and reset-key files
+//! are plain values), or convert a store to an older format (a downgrade is a restore of
+//! the file set aside, see the README's version policy).
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use redb::{
+    Database, DatabaseError, ReadOnlyDatabase, ReadableDatabase, TableDefinition, TableError,
+    WriteTransaction,
+};
+
+use super::db::FILE;
+
+/// The store format this build writes.
+pub const STORE_FORMAT: u32 = 2;
+
+/// Every store format this build reads, oldest first, with what it is.
+pub const FORMATS: &[(u32, &str)] = &[
+    (
+        1,
+        "no format record (commit 262d90b and earlier): postcard log entries, vote, committed and purged log ids, and snapshots",
+    ),
+    (
+        2,
+        "format 1 and a format record (the encodings of format 1 are unchanged)",
+    ),
+];
+
+/// The table of the format record.
+pub(crate) const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("format");
+const VERSION: &str = "version";
+const WRITER: &str = "writer";
+
+/// The build, as the record names it.
+pub fn writer() -> String {
+    format!("tenure {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What a data dir's `raft.redb` says of its format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// There is no store yet (or an empty file): it will be made in [`STORE_FORMAT`].
+    Absent,
+    /// A store with a record.
+    Record {
+        version: u32,
+        /// The build that last wrote it; empty if the record has none.
+        writer: String,
+    },
+    /// A store without a record: written before records existed, format 1.
+    Unversioned,
+}
+
+impl Found {
+    /// The store's format; `None` for no store.
+    pub fn version(&self) -> Option<u32> {
+        match self {
+            Found::Absent => None,
+            Found::Record { version, .. } => Some(*version),
+            Found::Unversioned => Some(1),
+        }
+    }
+}
+
+/// Why a store's format cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FormatError {
+    /// The store was written by a newer build.
+    #[error(
+        "the Raft store {} is in format {found} (written by {writer}), newer than this build ({this}) can read (formats {oldest} to {newest}); nothing was changed: run the newer build on this data dir, or restore the copy a newer build set aside when it migrated (raft.redb.format-{newest})",
+        path.display(), this = self::writer(), oldest = FORMATS[0].0, newest = STORE_FORMAT
+    )]
+    Newer {
+        path: PathBuf,
+        found: u32,
+        writer: String,
+    },
+    /// The record is not one any build writes (a truncated value, a format 0).
+    #[error("the Raft store {} has a damaged format record: {why}; nothing was changed", path.display())]
+    Damaged { path: PathBuf, why: String },
+    /// The file cannot be read at all.
+    #[error("cannot read the format of the Raft store {}: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
+}
+
+/// Reads the format of `dir/raft.redb` without writing to the data dir.
+pub fn inspect(dir: &Path) -> Result<Found, FormatError> {
+    let path = dir.join(FILE);
+    let unreadable = |why: String| FormatError::Unreadable {
+        path: path.clone(),
+        why,
+    };
+    match fs::metadata(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Absent),
+        Err(e) => return Err(unreadable(e.to_string())),
+        // `db::open` makes the file empty before redb initializes it: a crash in between
+        // leaves an empty file, which holds nothing yet.
+        Ok(meta) if meta.len() == 0 => return Ok(Found::Absent),
+        Ok(_) => {}
+    }
+    match ReadOnlyDatabase::open(&path) {
+        Ok(db) => read(&db, &path),
+        // The file was not closed cleanly (a crash, kill -9): redb repairs it on its next
+        // writable open. The record is read from a repaired copy outside the data dir, so
+        // that a refused start leaves the file exactly as it was.
+        Err(DatabaseError::RepairAborted) => {
+            let copy = ScratchCopy::of(&path).map_err(|e| {
+                unreadable(format!(
+                    "it needs a repair after a crash, and copying it to {} for that failed: {e}",
+                    std::env::temp_dir().display()
+                ))
+            })?;
+            let db = Database::open(&copy.0).map_err(|e| unreadable(e.to_string()))?;
+            read(&db, &path)
+        }
+        Err(e) => Err(unreadable(e.to_string())),
+    }
+}
+
+/// Refuses a format this build cannot read.
+pub fn check(found: &Found, dir: &Path) -> Result<(), FormatError> {
+    match found {
+        Found::Record { version, writer } if *version > STORE_FORMAT => Err(FormatError::Newer {
+            path: dir.join(FILE),
+            found: *version,
+            writer: if writer.is_empty() {
+                "an unknown build".into()
+            } else {
+                writer.clone()
+            },
+        }),
+        Found::Record { version: 0, .. } => Err(FormatError::Damaged {
+            path: dir.join(FILE),
+            why: "format 0 does not exist".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What opening the store will do, decided before it is opened for writing.
+#[derive(Debug)]
+pub(crate) enum Plan {
+    /// A new store: write the record.
+    Create,
+    /// The store is current: update the writer only.
+    Current,
+    /// Migrate from `from`; the file as it was is at `backup`.
+    Migrate { from: u32, backup: PathBuf },
+}
+
+/// Inspects `dir/raft.redb`, refuses a newer format, and sets an older store aside.
+/// Blocking (file copies and fsyncs): run it off the runtime's workers.
+pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
+    let found = inspect(dir)?;
+    check(&found, dir)?;
+    match found {
+        Found::Absent => Ok(Plan::Create),
+        Found::Record { version, .. } if version == STORE_FORMAT => Ok(Plan::Current),
+        found => {
+            let from = found.version().unwrap_or(STORE_FORMAT);
+            let backup = set_aside(dir, from).map_err(|e| FormatError::Unreadable {
+                path: dir.join(FILE),
+                why: format!("cannot copy it aside before migrating it from format {from}: {e}"),
+            })?;
+            Ok(Plan::Migrate { from, backup })
+        }
+    }
+}
+
+/// Carries out `plan` in the store's first write transaction: migrates the encodings from
+/// an older format (none has changed yet: format 1 to 2 only adds the record) and writes
+/// the record. The caller commits; a crash before that leaves the store as it was.
+pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), redb::Error> {
+    let mut table = tx.open_table(TABLE)?;
+    if !matches!(plan, Plan::Current) {
+        table.insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())?;
+    }
+    table.insert(WRITER, writer().as_bytes())?;
+    Ok(())
+}
+
+/// Reads the record of an open store.
+fn read(db: &impl ReadableDatabase, path: &Path) -> Result<Found, FormatError> {
+    let damaged = |why: String| FormatError::Damaged {
+        path: path.to_path_buf(),
+        why,
+    };
+    let unreadable = |e: &dyn std::fmt::Display| FormatError::Unreadable {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
+    let tx = db.begin_read().map_err(|e| unreadable(&e))?;
+    let table = match tx.open_table(TABLE) {
+        Ok(table) => table,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(Found::Unversioned),
+        Err(e) => return Err(unreadable(&e)),
+    };
+    let version = match table.get(VERSION).map_err(|e| unreadable(&e))? {
+        Some(value) => {
+            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
+                damaged(format!(
+                    "its version is {} bytes, not 4",
+                    value.value().len()
+                ))
+            })?;
+            u32::from_le_bytes(bytes)
+        }
+        None => return Err(damaged("it has no version".into())),
+    };
+    let writer = match table.get(WRITER).map_err(|e| unreadable(&e))? {
+        Some(value) => String::from_utf8_lossy(value.value()).into_owned(),
+        None => String::new(),
+    };
+    Ok(Found::Record { version, writer })
+}
+
+/// Copies `dir/raft.redb` to `dir/raft.redb.format-{from}`, fsynced, through a temporary
+/// name, so that a crash never leaves a half copy under the final name.
+fn set_aside(dir: &Path, from: u32) -> io::Result<PathBuf> {
+    let source = dir.join(FILE);
+    let backup = dir.join(format!("{FILE}.format-{from}"));
+    let partial = dir.join(format!("{FILE}.format-{from}.partial"));
+    {
+        let mut input = fs::File::open(&source)?;
+        let mut output = crate::owner_only::options()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&partial)?;
+        io::copy(&mut input, &mut output)?;
+        output.flush()?;
+        output.sync_all()?;
+    }
+    fs::rename(&partial, &backup)?;
+    fs::File::open(dir)?.sync_all()?;
+    Ok(backup)
+}
+
+/// A copy of a store in the temporary dir, removed when dropped.
+struct ScratchCopy(PathBuf);
+
+impl ScratchCopy {
+    fn of(path: &Path) -> io::Result<ScratchCopy> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let copy = std::env::temp_dir().join(format!(
+            "tenure-format-check-{}-{nanos}.redb",
+            std::process::id()
+        ));
+        let mut input = fs::File::open(path)?;
+        let mut output = crate::owner_only::options()
+            .create_new(true)
+            .write(true)
+            .open(&copy)?;
+        io::copy(&mut input, &mut output)?;
+        Ok(ScratchCopy(copy))
+    }
+}
+
+impl Drop for ScratchCopy {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}

@@ -1,0 +1,244 @@
+//! The format record and the migration, on real stores: the data dirs written by commit
+//! 262d90b (`tests/fixtures/format-1`, store format 1), and stores edited to a newer
+//! format.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use openraft::RaftLogReader;
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use redb::Database;
+use tempfile::TempDir;
+
+use super::db;
+use super::format::{self, FormatError, Found, STORE_FORMAT};
+use super::log_store::LogStore;
+use super::state_machine::StateMachine;
+use crate::cluster::Cluster;
+
+/// The fixture unpacked into a temp dir: `n1/data`, `n2/data`, `n3/data`, `status-before.json`.
+fn fixture() -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let archive =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-1/cluster.tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .expect("running tar");
+    assert!(status.success(), "tar -xzf {} failed", archive.display());
+    dir
+}
+
+/// Every file under `dir` with its bytes.
+fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else {
+            out.insert(path.clone(), std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// Opens the store in `dir` (migrating it), then replays it as a restarting node does:
+/// the last snapshot, then every log entry after it. Returns the state, the snapshot's
+/// index and the last log index.
+async fn replay(dir: &Path) -> (Cluster, u64, u64) {
+    let db = db::open(dir).await.expect("opening the store");
+    let mut sm = StateMachine::open(db.clone(), 1 << 30).expect("loading the snapshot");
+    let snapshot_index = *sm.applied_index().borrow();
+    let mut log = LogStore::new(db.clone(), usize::MAX);
+    let state = log.get_log_state().await.unwrap();
+    let last = state.last_log_id.map_or(0, |id| id.index);
+    let entries = log
+        .try_get_log_entries(snapshot_index + 1..=last)
+        .await
+        .unwrap();
+    assert_eq!(
+        entries.len() as u64,
+        last - snapshot_index,
+        "a hole in the log"
+    );
+    sm.apply(entries).await.unwrap();
+    let cluster = sm.cluster().read().unwrap().clone();
+    (cluster, snapshot_index, last)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stores_of_262d90b_are_migrated_once_and_keep_every_value() {
+    let fixture = fixture();
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture.path().join("status-before.json")).unwrap())
+            .unwrap();
+    for node in ["n1", "n2", "n3"] {
+        let dir = fixture.path().join(node).join("data");
+        let before = std::fs::read(dir.join("raft.redb")).unwrap();
+        assert_eq!(format::inspect(&dir).unwrap(), Found::Unversioned);
+        let (cluster, snapshot, last) = replay(&dir).await;
+        // The fixture is what it claims: a snapshot, and a log after it.
+        assert!(snapshot >= 4000, "{node}: snapshot at {snapshot}");
+        assert!(last > snapshot, "{node}: no log after the snapshot");
+        assert_eq!(
+            std::fs::read(dir.join("raft.redb.format-1")).unwrap(),
+            before,
+            "{node}: the store as it was is set aside"
+        );
+        assert_eq!(
+            format::inspect(&dir).unwrap(),
+            Found::Record {
+                version: STORE_FORMAT,
+                writer: format::writer()
+            }
+        );
+        assert_eq!(
+            cluster.members.keys().collect::<Vec<_>>(),
+            ["n1", "n2", "n3"],
+            "{node}"
+        );
+        let revoked = status["revoked"][0]["key"].as_str().unwrap();
+        assert!(
+            cluster.revoked.contains_key(revoked),
+            "{node}: revocation kept"
+        );
+        let count = cluster.state["counter"].data.clone();
+        let count = u64::from_le_bytes(count.try_into().unwrap());
+        assert!(count >= 300, "{node}: the counter's state holds {count}");
+        assert!(cluster.history.len() >= 20, "{node}: history kept");
+        if node == "n3" {
+            // n3 answered the status just before it was killed: its replica is that status.
+            assert_eq!(
+                cluster.members["n3"].session.as_ref().map(|s| s.id),
+                status["nodes"][2]["session"]["id"].as_u64()
+            );
+            for resource in status["resources"].as_array().unwrap() {
+                for slot in resource["slots"].as_array().unwrap() {
+                    let granted = cluster.slot(
+                        resource["name"].as_str().unwrap(),
+                        slot["slot"].as_u64().unwrap() as u32,
+                    );
+                    assert_eq!(granted.map(|s| s.token), slot["token"].as_u64());
+                }
+            }
+            let shown: Vec<u64> = status["history"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h["index"].as_u64().unwrap())
+                .collect();
+            let kept: Vec<u64> = cluster.history.iter().map(|h| h.index).collect();
+            assert!(
+                kept.ends_with(&shown),
+                "{node}: history {kept:?} ends with {shown:?}"
+            );
+            assert_eq!(
+                cluster.history.len() as u64,
+                status["history_len"].as_u64().unwrap()
+            );
+        }
+        // Opened again: nothing more to migrate, and the copy set aside is not replaced.
+        std::fs::write(dir.join("raft.redb.format-1"), b"kept").unwrap();
+        let (again, _, _) = replay(&dir).await;
+        assert_eq!(
+            again, cluster,
+            "{node}: the migrated store replays to the same state"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("raft.redb.format-1")).unwrap(),
+            b"kept"
+        );
+    }
+}
+
+/// A store whose record says `version`.
+fn store_of_format(version: u32) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    drop(runtime.block_on(db::open(dir.path())).unwrap());
+    let db = Database::open(dir.path().join(db::FILE)).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut table = tx.open_table(format::TABLE).unwrap();
+        table
+            .insert("version", version.to_le_bytes().as_slice())
+            .unwrap();
+        table.insert("writer", b"tenure 9.0.0".as_slice()).unwrap();
+    }
+    tx.commit().unwrap();
+    dir
+}
+
+#[test]
+fn a_store_of_a_newer_format_is_refused_naming_both_and_left_as_it_was() {
+    let dir = store_of_format(STORE_FORMAT + 1);
+    let before = files(dir.path());
+    let found = format::inspect(dir.path()).unwrap();
+    let refused = format::check(&found, dir.path()).unwrap_err();
+    let message = refused.to_string();
+    assert!(matches!(refused, FormatError::Newer { .. }), "{message}");
+    for part in [
+        format!("format {}", STORE_FORMAT + 1),
+        "tenure 9.0.0".to_string(),
+        format!("formats 1 to {STORE_FORMAT}"),
+        "nothing was changed".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in: {message}");
+    }
+    // Opening it as the node would is refused the same way, before anything is written.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let opened = runtime.block_on(db::open(dir.path()));
+    assert!(
+        matches!(
+            opened,
+            Err(super::ControlError::Format(FormatError::Newer { .. }))
+        ),
+        "{:?}",
+        opened.err()
+    );
+    assert_eq!(files(dir.path()), before, "the data dir changed");
+}
+
+#[test]
+fn a_record_without_a_valid_version_is_damaged() {
+    let dir = store_of_format(0);
+    let found = format::inspect(dir.path()).unwrap();
+    assert!(matches!(
+        format::check(&found, dir.path()),
+        Err(FormatError::Damaged { .. })
+    ));
+}
+
+#[test]
+fn a_store_left_unclean_by_a_crash_is_inspected_without_touching_it() {
+    let fixture = fixture();
+    // n3 was killed with SIGKILL: redb's read-only mode refuses its file until repaired.
+    let dir = fixture.path().join("n3/data");
+    assert!(matches!(
+        redb::ReadOnlyDatabase::open(dir.join(db::FILE)),
+        Err(redb::DatabaseError::RepairAborted)
+    ));
+    let before = files(&dir);
+    assert_eq!(format::inspect(&dir).unwrap(), Found::Unversioned);
+    assert_eq!(files(&dir), before);
+}
+
+#[test]
+fn a_new_store_is_made_in_the_current_format() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(format::inspect(dir.path()).unwrap(), Found::Absent);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    drop(runtime.block_on(db::open(dir.path())).unwrap());
+    assert_eq!(
+        format::inspect(dir.path()).unwrap(),
+        Found::Record {
+            version: STORE_FORMAT,
+            writer: format::writer()
+        }
+    );
+    assert!(!dir.path().join("raft.redb.format-1").exists());
+}

@@ -1,0 +1,210 @@
+//! The control plane's samples for the golden-byte tests (`crate::golden`): what
+//! `raft.redb` holds (the `store` domain) and the Raft and control-plane messages (part of
+//! the `wire` domain). Here because the stored shapes ([`Image`], [`Stored`]) are this
+//! module's own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use openraft::{CommittedLeaderId, EntryPayload, Membership};
+
+use super::kinds::{JoinReply, ProposeReply};
+use super::state_machine::{Image, Stored};
+use super::types::{
+    AppendEntriesRequest, AppendEntriesResponse, Entry, Fatal, InstallSnapshotRequest,
+    InstallSnapshotResponse, LogId, Peer, RaftError, SnapshotMeta, StoredMembership, Vote,
+    VoteRequest, VoteResponse, node_id,
+};
+use crate::golden::Sample;
+use crate::golden::samples::{cluster, commands, outcomes, proposals};
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term, node_id("n1")), index)
+}
+
+fn membership() -> Membership<u64, Peer> {
+    let voters = BTreeSet::from([node_id("n1"), node_id("n2")]);
+    let nodes = BTreeMap::from([
+        (node_id("n1"), Peer::new("n1", "10.0.0.1:7400")),
+        (node_id("n2"), Peer::new("n2", "10.0.0.2:7400")),
+        (node_id("n3"), Peer::new("n3", "10.0.0.3:7400")),
+    ]);
+    Membership::new(vec![voters], nodes)
+}
+
+fn snapshot_meta() -> SnapshotMeta {
+    SnapshotMeta {
+        last_log_id: Some(log_id(3, 19)),
+        last_membership: StoredMembership::new(Some(log_id(1, 1)), membership()),
+        snapshot_id: "3-19-7".into(),
+    }
+}
+
+fn entry(term: u64, index: u64, payload: EntryPayload<super::TypeConfig>) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload,
+    }
+}
+
+/// Every value `raft.redb` holds: a log entry of every command kind and of every shape,
+/// the vote, log ids, and a snapshot.
+pub(crate) fn golden_store_samples() -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for (i, command) in commands().into_iter().enumerate() {
+        let name = format!("{:?}", command);
+        let kind = name
+            .split([' ', '{', '('])
+            .next()
+            .unwrap_or("command")
+            .to_lowercase();
+        let index = i as u64 + 1;
+        samples.push(Sample::of(
+            format!("entry-{index:02}-{kind}"),
+            &entry(
+                3,
+                index,
+                EntryPayload::Normal(crate::cluster::Proposal::One(command)),
+            ),
+        ));
+    }
+    for (name, proposal) in proposals() {
+        samples.push(Sample::of(
+            format!("entry-proposal-{name}"),
+            &entry(3, 20, EntryPayload::Normal(proposal)),
+        ));
+    }
+    samples.push(Sample::of("entry-blank", &entry(2, 1, EntryPayload::Blank)));
+    samples.push(Sample::of(
+        "entry-membership",
+        &entry(1, 1, EntryPayload::Membership(membership())),
+    ));
+    samples.push(Sample::of("meta-vote", &Vote::new(3, node_id("n1"))));
+    samples.push(Sample::of(
+        "meta-vote-committed",
+        &Vote::new_committed(3, node_id("n1")),
+    ));
+    samples.push(Sample::of("meta-committed", &Some(log_id(3, 19))));
+    samples.push(Sample::of("meta-purged", &log_id(3, 12)));
+    let image = Image {
+        applied: Some(log_id(3, 19)),
+        membership: StoredMembership::new(Some(log_id(1, 1)), membership()),
+        cluster: cluster(),
+    };
+    let data = postcard::to_allocvec(&image).unwrap();
+    samples.push(Sample::of("snapshot-image", &image));
+    samples.push(Sample::of(
+        "snapshot-stored",
+        &Stored {
+            meta: snapshot_meta(),
+            data,
+        },
+    ));
+    samples
+}
+
+/// The control plane's messages: Raft's three, PROPOSE and JOIN, each request and answer.
+pub(crate) fn golden_wire_samples() -> Vec<Sample> {
+    let vote = Vote::new_committed(3, node_id("n1"));
+    let mut samples = vec![
+        Sample::of(
+            "append-entries-1-request",
+            &AppendEntriesRequest {
+                vote,
+                prev_log_id: Some(log_id(3, 18)),
+                entries: vec![entry(3, 19, EntryPayload::Blank)],
+                leader_commit: Some(log_id(3, 18)),
+            },
+        ),
+        Sample::of(
+            "append-entries-1-answer-success",
+            &Ok::<_, Fatal>(AppendEntriesResponse::Success),
+        ),
+        Sample::of(
+            "append-entries-1-answer-partial",
+            &Ok::<_, Fatal>(AppendEntriesResponse::PartialSuccess(Some(log_id(3, 19)))),
+        ),
+        Sample::of(
+            "append-entries-1-answer-conflict",
+            &Ok::<_, Fatal>(AppendEntriesResponse::Conflict),
+        ),
+        Sample::of(
+            "append-entries-1-answer-higher-vote",
+            &Ok::<_, Fatal>(AppendEntriesResponse::HigherVote(Vote::new(
+                4,
+                node_id("n2"),
+            ))),
+        ),
+        Sample::of(
+            "append-entries-1-answer-fatal",
+            &Err::<AppendEntriesResponse, _>(Fatal::Stopped),
+        ),
+        Sample::of(
+            "vote-2-request",
+            &VoteRequest {
+                vote: Vote::new(4, node_id("n2")),
+                last_log_id: Some(log_id(3, 19)),
+            },
+        ),
+        Sample::of(
+            "vote-2-answer",
+            &Ok::<_, Fatal>(VoteResponse {
+                vote: Vote::new(4, node_id("n2")),
+                vote_granted: true,
+                last_log_id: Some(log_id(3, 19)),
+            }),
+        ),
+        Sample::of(
+            "install-snapshot-3-request",
+            &InstallSnapshotRequest {
+                vote,
+                meta: snapshot_meta(),
+                offset: 0,
+                data: vec![1, 2, 3, 4],
+                done: true,
+            },
+        ),
+        Sample::of(
+            "install-snapshot-3-answer",
+            &Ok::<_, RaftError<openraft::error::InstallSnapshotError>>(InstallSnapshotResponse {
+                vote,
+            }),
+        ),
+        Sample::of("join-11-request", &Peer::new("n3", "10.0.0.3:7400")),
+        Sample::of("join-11-answer-joined", &JoinReply::Joined { voter: false }),
+        Sample::of(
+            "join-11-answer-not-leader",
+            &JoinReply::NotLeader {
+                leader: Some(Peer::new("n1", "10.0.0.1:7400")),
+            },
+        ),
+        Sample::of(
+            "join-11-answer-refused",
+            &JoinReply::Refused("n3 may only join as itself".into()),
+        ),
+    ];
+    for (name, proposal) in proposals() {
+        samples.push(Sample::of(format!("propose-10-request-{name}"), &proposal));
+    }
+    for (name, outcome) in outcomes() {
+        samples.push(Sample::of(
+            format!("propose-10-answer-applied-{name}"),
+            &ProposeReply::Applied {
+                response: outcome,
+                index: 19,
+            },
+        ));
+    }
+    samples.push(Sample::of(
+        "propose-10-answer-not-leader",
+        &ProposeReply::NotLeader { leader: None },
+    ));
+    samples.push(Sample::of(
+        "propose-10-answer-refused",
+        &ProposeReply::Refused("n9 is not a member".into()),
+    ));
+    samples.push(Sample::of(
+        "propose-10-answer-failed",
+        &ProposeReply::Failed("raft stopped".into()),
+    ));
+    samples
+}

@@ -1,0 +1,287 @@
+//! Upgrades with the real binary: the data dirs an earlier build wrote run on this one,
+//! and a store this build cannot read is refused without a change.
+//!
+//! The earlier build's data dirs are `tests/fixtures/format-1/cluster.tar.gz`: three nodes
+//! of commit 262d90b (store format 1, no format record), written once by that build
+//! (`make.sh` beside it says how, and what the cluster went through). Upgrading is what
+//! an operator of 262d90b does: stop the nodes, install this build, start them again.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Node, WAIT, count_of, is, log_starting, tenure, u64_field};
+use tempfile::TempDir;
+
+/// The fixture's loopback ports (fixed: the members' addresses are in the stores).
+const PORTS: [u16; 3] = [17471, 17472, 17473];
+
+fn unpack() -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let archive =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-1/cluster.tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .expect("running tar");
+    assert!(status.success(), "tar -xzf {} failed", archive.display());
+    dir
+}
+
+/// `last_count` and `max_token` from the fixture's `facts.txt`.
+fn facts(fixture: &Path) -> BTreeMap<String, u64> {
+    fs::read_to_string(fixture.join("facts.txt"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Every file under `dir`, with its bytes and mode.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
+        if path.is_dir() {
+            out.insert(path.clone(), (Vec::new(), mode));
+            out.extend(snapshot(&path));
+        } else {
+            out.insert(path.clone(), (fs::read(&path).unwrap(), mode));
+        }
+    }
+    out
+}
+
+/// Node `k` (1-based) of the fixture, on this build: its data and plugins copied into a
+/// harness node, its config pointing at the fixture's certificates.
+fn node_of(fixture: &Path, k: usize) -> Node {
+    let name = format!("n{k}");
+    let mut node = Node::new(&name);
+    copy_dir(&fixture.join(&name).join("data"), &node.data_dir());
+    copy_dir(&fixture.join(&name).join("plugins"), &node.plugins_dir());
+    let peers: Vec<String> = (1..=3)
+        .filter(|&j| j != k)
+        .map(|j| format!("\"n{j}@127.0.0.1:{}\"", PORTS[j - 1]))
+        .collect();
+    let config = node.dir().join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "name = \"{name}\"\nlisten = \"127.0.0.1:{}\"\npeers = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            PORTS[k - 1],
+            peers.join(", "),
+            fixture.join("ca/ca.pem").display(),
+            fixture.join(format!("certs/{name}.pem")).display(),
+            fixture.join(format!("certs/{name}.key")).display(),
+        ),
+    )
+    .unwrap();
+    node.set_config(config);
+    node
+}
+
+/// `tenure status --json` through node `k`, as the fixture's operator.
+fn status(fixture: &Path, k: usize) -> Option<Value> {
+    let addr = format!("127.0.0.1:{}", PORTS[k - 1]);
+    let node = format!("n{k}");
+    let out = tenure(
+        &[
+            "status",
+            "--json",
+            "--addr",
+            &addr,
+            "--node",
+            &node,
+            "--ca",
+            "ca/ca.pem",
+            "--cert",
+            "certs/ops.pem",
+            "--key",
+            "certs/ops.key",
+        ],
+        fixture,
+    );
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Waits until `condition` holds, polling; panics after `bound`.
+fn await_that(what: &str, bound: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {bound:?} waiting for: {what}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_cluster_of_262d90b_runs_on_this_build_with_everything_kept() {
+    let fixture = unpack();
+    let fixture = fixture.path();
+    let facts = facts(fixture);
+    let before: Value =
+        serde_json::from_slice(&fs::read(fixture.join("status-before.json")).unwrap()).unwrap();
+    let mut nodes: Vec<Node> = (1..=3).map(|k| node_of(fixture, k)).collect();
+    for node in &mut nodes {
+        node.spawn();
+    }
+    for (k, node) in nodes.iter().enumerate() {
+        let migrated = node.wait_for(
+            "the store migrated from format 1",
+            is("store.migrated").with("from", 1).with("to", 2).f(),
+            WAIT,
+        );
+        let backup = PathBuf::from(migrated["backup"].as_str().unwrap());
+        assert_eq!(
+            fs::read(&backup).unwrap(),
+            fs::read(fixture.join(format!("n{}/data/raft.redb", k + 1))).unwrap(),
+            "the store as it was is kept at {}",
+            backup.display()
+        );
+    }
+
+    // The counter goes on from its saved count, under a token above every earlier one.
+    let last_count = facts["last_count"];
+    let max_token = facts["max_token"];
+    let counting = |n: &Node| {
+        n.events()
+            .into_iter()
+            .filter(|e| log_starting("counter", "count=")(e))
+            .collect::<Vec<_>>()
+    };
+    await_that("the counter counts on this build", WAIT, || {
+        nodes.iter().any(|n| !counting(n).is_empty())
+    });
+    let first = nodes.iter().flat_map(counting).next().unwrap();
+    let count = count_of(&first).unwrap();
+    assert!(
+        count > last_count,
+        "the counter went on at {count}, after {last_count} before the upgrade"
+    );
+    for node in &nodes {
+        for started in node
+            .events()
+            .iter()
+            .filter(|e| is("plugin.started").matches(e))
+        {
+            assert!(
+                u64_field(started, "token") > max_token,
+                "a grant after the upgrade has token {}, not above {max_token}: {started}",
+                started["token"]
+            );
+        }
+    }
+
+    // Members, the revocation and the history are those of before.
+    let mut after = None;
+    await_that("a status with a leader", WAIT, || {
+        after = status(fixture, 1).filter(|s| !s["leader"].is_null());
+        after.is_some()
+    });
+    let after = after.unwrap();
+    let names = |s: &Value| -> Vec<String> {
+        s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&after), names(&before));
+    assert_eq!(after["revoked"], before["revoked"]);
+    assert!(
+        after["history_len"].as_u64().unwrap() >= before["history_len"].as_u64().unwrap(),
+        "history: {} changes before, {} after",
+        before["history_len"],
+        after["history_len"]
+    );
+
+    // A restart finds the current format: nothing more is migrated.
+    nodes[0].restart();
+    nodes[0].wait_for("n1 ready again", is("node.ready").f(), WAIT);
+    assert!(
+        !nodes[0]
+            .events()
+            .iter()
+            .any(|e| is("store.migrated").matches(e))
+    );
+}
+
+#[test]
+fn a_data_dir_of_a_newer_format_is_refused_naming_both_and_left_as_it_was() {
+    // A data dir this build made, then marked as written by a later format.
+    let mut node = Node::new("newer");
+    node.spawn();
+    node.wait_for("ready", is("node.ready").f(), WAIT);
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(WAIT).success());
+    let store = node.data_dir().join("raft.redb");
+    {
+        let db = redb::Database::open(&store).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let table: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("format");
+            let mut table = tx.open_table(table).unwrap();
+            table
+                .insert("version", 99u32.to_le_bytes().as_slice())
+                .unwrap();
+            table.insert("writer", b"tenure 9.9.9".as_slice()).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let before = snapshot(node.dir());
+    node.restart();
+    let status = node.wait_exit(WAIT);
+    assert!(
+        !status.success(),
+        "the node started on a store of format 99"
+    );
+    let stderr = node.stderr();
+    for part in [
+        "format 99",
+        "tenure 9.9.9",
+        "formats 1 to 2",
+        "nothing was changed",
+    ] {
+        assert!(stderr.contains(part), "{part:?} not in: {stderr}");
+    }
+    assert!(snapshot(node.dir()) == before, "the data dir changed");
+}
+
+#[test]
+fn version_names_the_formats_and_protocols() {
+    let out = tenure(&["--version"], Path::new("."));
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for part in [
+        concat!("tenure ", env!("CARGO_PKG_VERSION")),
+        "store format 2 (reads formats 1 to 2)",
+        "node protocol tenure/1",
+        "operator protocol tenure-operator/1",
+    ] {
+        assert!(text.contains(part), "{part:?} not in: {text}");
+    }
+}
