@@ -103,6 +103,9 @@ pub const STORE_MIGRATED: &str = "store.migrated";
 pub const ADMIN_REQUEST: &str = "admin.request";
 /// No `[tls]` was configured, and development certificates were made in the data dir.
 pub const DEV_CERTS: &str = "node.dev_certs";
+/// This node's Raft store is new and it waits for the nodes it was given to answer before
+/// it forms or joins the cluster (`waiting_for`).
+pub const CLUSTER_WAITING: &str = "cluster.waiting";
 /// This node initialized the Raft group with the initial members (`members`).
 pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
 /// This node joined an existing cluster (`via`, `voter`).

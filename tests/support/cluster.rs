@@ -467,6 +467,39 @@ impl Cluster {
         self.spawn(i);
     }
 
+    /// Waits for node `i`, which is expected to refuse to start, to exit by itself;
+    /// returns its exit status and what it wrote to stderr.
+    pub fn wait_refused(&mut self, i: usize) -> (ExitStatus, String) {
+        let member = &mut self.members[i];
+        member.expected = false;
+        let status = member.node.wait_exit(WAIT);
+        (status, member.node.stderr())
+    }
+
+    /// Empties node `i`'s data dir, as a lost disk or a new volume would leave it. The
+    /// node must not run.
+    pub fn wipe(&mut self, i: usize) {
+        let member = &self.members[i];
+        assert!(!member.node.alive(), "{} runs: stop it first", member.name);
+        let data = member.node.data_dir();
+        eprintln!("[cluster] wiping {}", data.display());
+        std::fs::remove_dir_all(&data).unwrap();
+        std::fs::create_dir(&data).unwrap();
+    }
+
+    /// Rewrites node `i`'s config to `join` the other members instead of naming them as
+    /// initial `peers`: how an operator brings back a node that lost its data dir.
+    pub fn switch_to_join(&mut self, i: usize) {
+        let file = self.members[i].node.dir().join("tenure.toml");
+        let config = std::fs::read_to_string(&file).unwrap();
+        let config = config.replace("\npeers = ", "\njoin = ");
+        assert!(
+            config.contains("\njoin = "),
+            "no peers to switch in {config}"
+        );
+        std::fs::write(&file, config).unwrap();
+    }
+
     /// Freezes node `i` (SIGSTOP). It keeps its sockets but does nothing.
     pub fn pause(&self, i: usize) {
         self.members[i].node.signal(libc::SIGSTOP);

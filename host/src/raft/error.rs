@@ -28,6 +28,23 @@ pub enum ControlError {
     /// on disk was changed.
     #[error(transparent)]
     Format(#[from] super::format::FormatError),
+    /// This node has a new Raft store, but the cluster knows it as a member: it ran here
+    /// before and lost its data dir, so it must not vote or act as that member again.
+    #[error(
+        "node {name} has run in this cluster before ({by} know it as a member), but its Raft store {} is new: the log and the votes it gave are gone, and answering as its old self could let the cluster lose committed entries, so it does not start. To bring this machine back: remove the old member first (`tenure remove {name}` with an operator certificate, while the other voters run), then start this node with `join = [\"NAME@HOST:PORT\", ...]` (the other members) instead of `peers`; it joins as a new member, is caught up as a learner, and only then votes. If its data dir was not lost but moved, put it back and start again",
+        store.display(), by = by.join(", ")
+    )]
+    Forgot {
+        name: String,
+        by: Vec<String>,
+        store: PathBuf,
+    },
+    /// A node with `peers` and a new store found the cluster formed without it.
+    #[error(
+        "the cluster of {by} was formed without node {name}, so {name} cannot form it with them: start {name} with `join = [\"NAME@HOST:PORT\", ...]` (the members) instead of `peers`",
+        by = by.join(", ")
+    )]
+    NotInitial { name: String, by: Vec<String> },
     /// openraft refused to start.
     #[error("cannot start Raft: {0}")]
     Start(String),
@@ -61,6 +78,8 @@ impl ControlError {
             ControlError::Options(_)
             | ControlError::Storage { .. }
             | ControlError::Format(_)
+            | ControlError::Forgot { .. }
+            | ControlError::NotInitial { .. }
             | ControlError::Start(_)
             | ControlError::NotAttached
             | ControlError::Bootstrap(_)

@@ -182,6 +182,15 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             &JoinReply::Refused("n3 may only join as itself".into()),
         ),
     ];
+    samples.push(Sample::of("store-info-12-request", &()));
+    samples.push(Sample::of(
+        "store-info-12-answer",
+        &super::forming::StoreInfo {
+            formed: true,
+            raft_members: vec!["n1".into(), "n2".into(), "n3".into()],
+            members: vec!["n1".into(), "n2".into()],
+        },
+    ));
     for (name, proposal) in proposals() {
         samples.push(Sample::of(format!("propose-10-request-{name}"), &proposal));
     }

@@ -38,6 +38,9 @@ pub const PROPOSE: u16 = 10;
 /// [`JoinReply`]. A non-leader answers with the leader to ask; only the node named may
 /// send it.
 pub const JOIN: u16 = 11;
+/// A node with a new Raft store asks what the answering node knows of the cluster
+/// (`forming.rs`): an empty payload → [`super::forming::StoreInfo`]. Any node may ask.
+pub const STORE_INFO: u16 = 12;
 /// Kinds the node allocates for itself; never interpreted here.
 pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 
@@ -45,7 +48,7 @@ pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 pub(crate) fn is_control(kind: u16) -> bool {
     matches!(
         kind,
-        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN
+        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN | STORE_INFO
     )
 }
 

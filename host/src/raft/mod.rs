@@ -47,6 +47,7 @@
 mod db;
 mod error;
 mod format;
+mod forming;
 mod forwards;
 mod heard;
 mod kinds;
@@ -90,8 +91,10 @@ pub use error::{ControlError, ProposeError};
 pub use format::{
     FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
 };
+pub use forming::StoreInfo;
 pub use kinds::{
-    APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply, VOTE,
+    APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
+    STORE_INFO, VOTE,
 };
 pub use refusals::Refusal;
 pub use service::RaftService;
@@ -311,6 +314,9 @@ pub(crate) struct Shared {
     refusals: refusals::Refusals,
     /// Leadership rounds, one at a time and shared (`rounds.rs`).
     rounds: rounds::Rounds,
+    /// The store was new at open and this node has not yet formed or joined the cluster:
+    /// it refuses Raft's messages (`forming.rs`).
+    forming: std::sync::atomic::AtomicBool,
     /// Proposals in flight (at most `forwards::FORWARDS`), and single commands waiting
     /// to be combined into batches.
     forwards: forwards::Forwards<propose::Attempt>,
@@ -344,6 +350,20 @@ impl Control {
                 reason: e.to_string(),
             })?
             .map_or(0, |id| id.index);
+        // A new store: no vote, no log, no snapshot (`forming.rs`).
+        let fresh = {
+            let unreadable = |e: types::StorageError| ControlError::Storage {
+                path: db::path(&options.data_dir),
+                reason: e.to_string(),
+            };
+            let state = openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
+                .await
+                .map_err(unreadable)?;
+            let vote = openraft::storage::RaftLogStorage::read_vote(&mut log_store)
+                .await
+                .map_err(unreadable)?;
+            state.last_log_id.is_none() && vote.is_none() && *applied.borrow() == 0
+        };
         let weak = Arc::downgrade(&db);
         drop(db);
         let me = node_id(&options.name);
@@ -381,6 +401,7 @@ impl Control {
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
             forwards: forwards::Forwards::default(),
+            forming: std::sync::atomic::AtomicBool::new(fresh),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -447,6 +468,11 @@ impl Control {
                 "two member names have the same node id".into(),
             ));
         }
+        let peers: Vec<(String, String)> = members
+            .iter()
+            .map(|(name, addr)| (name.clone(), addr.clone()))
+            .collect();
+        forming::decide(shared, &peers, false).await?;
         let initialized = shared
             .raft
             .is_initialized()
@@ -471,6 +497,7 @@ impl Control {
     /// advertised address, retrying with backoff up to `join_timeout`. Also how a node
     /// whose address changed updates it. Idempotent.
     pub async fn join(&self, via: &[(String, String)]) -> Result<(), ControlError> {
+        forming::decide(&self.shared, via, true).await?;
         membership::join(&self.shared, via).await
     }
 

@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use super::Shared;
 use super::error::ProposeError;
 use super::kinds::ProposeReply;
-use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
+use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, STORE_INFO, VOTE};
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
@@ -81,6 +81,7 @@ impl Shared {
             APPEND_ENTRIES => {
                 let request: AppendEntriesRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+                refuse_while_forming(self)?;
                 self.check_voter(from, "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
                 let term = request.vote.leader_id().get_term();
@@ -94,6 +95,7 @@ impl Shared {
             VOTE => {
                 let request: VoteRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
+                refuse_while_forming(self)?;
                 self.check_voter(from, "vote request")?;
                 let answer = self.raft.vote(request).await.map_err(fatal);
                 encode(&answer)
@@ -101,6 +103,7 @@ impl Shared {
             INSTALL_SNAPSHOT => {
                 let request: InstallSnapshotRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
+                refuse_while_forming(self)?;
                 self.check_voter(from, "snapshot chunk")?;
                 let answer = self.raft.install_snapshot(request).await;
                 encode(&answer)
@@ -124,6 +127,7 @@ impl Shared {
                 let peer: Peer = decode(kind, payload)?;
                 encode(&self.serve_join(from, peer).await)
             }
+            STORE_INFO => encode(&self.store_info()),
             other => Err(format!("kind {other} is not a control plane message")),
         }
     }
@@ -136,6 +140,15 @@ impl Shared {
         let error = format!("a {what} from {from}, which is not a voter of this node's membership");
         self.refusals.record(Refusal::NotAVoter, from, &error);
         Err(error)
+    }
+}
+
+/// Refuses Raft's messages while this node's new store has not yet formed or joined the
+/// cluster (`forming.rs`).
+fn refuse_while_forming(shared: &Shared) -> Result<(), String> {
+    match super::forming::refuses_raft(shared) {
+        Some(why) => Err(why),
+        None => Ok(()),
     }
 }
 

@@ -1,0 +1,283 @@
+//! A node whose Raft store is new takes no part in Raft until it knows it is not a voter
+//! that forgot.
+//!
+//! Raft's safety rests on voters that never forget: a vote once given in a term, and an
+//! entry once acknowledged, must survive every restart. A node whose data dir was lost
+//! (a replaced disk, a new volume, a wiped dir) and that starts again under the same name
+//! with the same config has forgotten both. Were it to answer as its old self, a stale
+//! node could win an election with its vote and commit over entries the cluster had
+//! committed (seen: a counter went back from 18 to 7). So a node that opens a **new**
+//! store (no vote, no log, no snapshot) refuses every vote request, append and snapshot
+//! until it has decided what it is, by asking the nodes it was configured with
+//! ([`STORE_INFO`]):
+//!
+//! - If any of them has this node's name among the cluster's members (the node has run
+//!   in this cluster before: every node registers itself with a committed `Join` when it
+//!   starts), this node forgot: it refuses to start, saying what happened and what to do
+//!   (remove the old member, then start it with `join`). It never answers as that member.
+//! - With `peers` (the initial members): once **every** peer has answered, none knows the
+//!   node as a member, and every peer that already formed the cluster lists it among the
+//!   initial voters, it forms the cluster (openraft's initialize with the same set as
+//!   every other initial member). A peer that formed a cluster without this node means it
+//!   is not an initial member of that cluster: it is told to use `join`. While a peer does
+//!   not answer, it waits: it never forms a cluster on its own word.
+//! - With `join`: once one member has answered and none knows it, it asks to join; the
+//!   leader adds it as a learner and replicates to it.
+//!
+//! A node whose store is not new (a restart) skips all this: its vote and log are on disk.
+//!
+//! Known gap: between a node's first start and the commit of its `Join` (normally well
+//! under a second), the cluster does not yet list it, so a wipe in that window goes
+//! unnoticed; etcd's "already bootstrapped" check (a member's published attributes) has
+//! the same window. Member ids bound to store ids close it (DESIGN.md, "Identity").
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Shared;
+use super::error::ControlError;
+use super::kinds::STORE_INFO;
+use crate::cluster::Cluster;
+
+/// How often a node waiting for its peers asks again.
+const ASK_AGAIN: Duration = Duration::from_millis(250);
+/// How long one question may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The answer to [`STORE_INFO`]: what the answering node's replica says of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    /// The answering node belongs to a formed cluster (its Raft membership is not empty).
+    pub formed: bool,
+    /// The names in that cluster's Raft membership (voters and learners).
+    pub raft_members: Vec<String>,
+    /// The names of the cluster's members as its replicated state knows them: every
+    /// node that ever registered (and was not removed).
+    pub members: Vec<String>,
+}
+
+/// Whether this node is still deciding, and so refuses Raft's messages.
+pub(crate) fn refuses_raft(shared: &Shared) -> Option<String> {
+    shared.forming.load(Ordering::SeqCst).then(|| {
+        format!(
+            "{} has a new Raft store and has not yet formed or joined the cluster: it takes part in no election and accepts no log until then",
+            shared.name
+        )
+    })
+}
+
+impl Shared {
+    /// This node's answer to [`STORE_INFO`].
+    pub(crate) fn store_info(&self) -> StoreInfo {
+        let raft_members: Vec<String> = {
+            let metrics = self.metrics.borrow();
+            metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(_, peer)| peer.name.clone())
+                .collect()
+        };
+        let members = {
+            let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+            members_of(&cluster)
+        };
+        StoreInfo {
+            formed: !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst),
+            raft_members,
+            members,
+        }
+    }
+}
+
+fn members_of(cluster: &Cluster) -> Vec<String> {
+    cluster.members.keys().cloned().collect()
+}
+
+/// What the answers say this node may do.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Form the cluster (with `peers`) or ask to join (with `join`).
+    Go,
+    /// Not every node asked has answered yet.
+    Wait(Vec<String>),
+    /// This node ran in the cluster before and forgot: `by` know it as a member.
+    Forgot { by: Vec<String> },
+    /// The cluster formed without this node (with `peers` only): `by` say so.
+    NotInitial { by: Vec<String> },
+}
+
+/// The rule of the module doc, over the answers (`None`: no answer) of the nodes asked.
+pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreInfo>)]) -> Verdict {
+    let knows_me: Vec<String> = answers
+        .iter()
+        .filter(|(_, a)| {
+            a.as_ref()
+                .is_some_and(|a| a.members.iter().any(|m| m == me))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    if !knows_me.is_empty() {
+        return Verdict::Forgot { by: knows_me };
+    }
+    let silent: Vec<String> = answers
+        .iter()
+        .filter(|(_, a)| a.is_none())
+        .map(|(name, _)| name.clone())
+        .collect();
+    if joining {
+        return if silent.len() < answers.len() {
+            Verdict::Go
+        } else {
+            Verdict::Wait(silent)
+        };
+    }
+    let without_me: Vec<String> = answers
+        .iter()
+        .filter(|(_, a)| {
+            a.as_ref()
+                .is_some_and(|a| a.formed && !a.raft_members.iter().any(|m| m == me))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    if !without_me.is_empty() {
+        return Verdict::NotInitial { by: without_me };
+    }
+    if silent.is_empty() {
+        Verdict::Go
+    } else {
+        Verdict::Wait(silent)
+    }
+}
+
+/// Asks `nodes` (name, address; this node left out) until the answers allow going on;
+/// then lets Raft's messages in. Returns at once for a store that is not new.
+pub(crate) async fn decide(
+    shared: &Shared,
+    nodes: &[(String, String)],
+    joining: bool,
+) -> Result<(), ControlError> {
+    if !shared.forming.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    let attached = shared.attached()?;
+    let others: Vec<(String, String)> = nodes
+        .iter()
+        .filter(|(name, _)| *name != shared.name)
+        .cloned()
+        .collect();
+    let mut waiting_told = false;
+    loop {
+        let mut answers = Vec::with_capacity(others.len());
+        for (name, addr) in &others {
+            let answer = async {
+                let sock = super::network::resolve(addr).await.ok()?;
+                let call = attached.rpc.call(name, sock, STORE_INFO, Vec::new());
+                let bytes = tokio::time::timeout(ASK_TIMEOUT, call).await.ok()?.ok()?;
+                crate::rpc::decode::<StoreInfo>(&bytes).ok()
+            }
+            .await;
+            answers.push((name.clone(), answer));
+        }
+        match verdict(&shared.name, joining, &answers) {
+            Verdict::Go => break,
+            Verdict::Wait(silent) => {
+                if !waiting_told {
+                    tracing::info!(
+                        event = crate::events::CLUSTER_WAITING,
+                        waiting_for = ?silent,
+                        "this node's Raft store is new: waiting for {silent:?} to answer before it forms or joins the cluster (it never does so on its own word)"
+                    );
+                    waiting_told = true;
+                }
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            Verdict::Forgot { by } => {
+                return Err(ControlError::Forgot {
+                    name: shared.name.clone(),
+                    by,
+                    store: super::db::path(&shared.options.data_dir),
+                });
+            }
+            Verdict::NotInitial { by } => {
+                return Err(ControlError::NotInitial {
+                    name: shared.name.clone(),
+                    by,
+                });
+            }
+        }
+    }
+    shared.forming.store(false, Ordering::SeqCst);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(formed: bool, raft: &[&str], members: &[&str]) -> Option<StoreInfo> {
+        Some(StoreInfo {
+            formed,
+            raft_members: raft.iter().map(|s| s.to_string()).collect(),
+            members: members.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    fn answers(list: Vec<(&str, Option<StoreInfo>)>) -> Vec<(String, Option<StoreInfo>)> {
+        list.into_iter().map(|(n, a)| (n.to_string(), a)).collect()
+    }
+
+    #[test]
+    fn a_node_the_cluster_knows_forgot_whoever_else_is_silent() {
+        let a = answers(vec![
+            ("n1", None),
+            ("n3", info(true, &["n1", "n2", "n3"], &["n1", "n2", "n3"])),
+        ]);
+        assert_eq!(
+            verdict("n2", false, &a),
+            Verdict::Forgot {
+                by: vec!["n3".into()]
+            }
+        );
+        assert!(matches!(verdict("n2", true, &a), Verdict::Forgot { .. }));
+    }
+
+    #[test]
+    fn initial_members_form_only_once_every_peer_answered() {
+        let fresh = info(false, &[], &[]);
+        let a = answers(vec![("n1", fresh.clone()), ("n3", None)]);
+        assert_eq!(verdict("n2", false, &a), Verdict::Wait(vec!["n3".into()]));
+        let a = answers(vec![("n1", fresh.clone()), ("n3", fresh)]);
+        assert_eq!(verdict("n2", false, &a), Verdict::Go);
+        // A peer that formed first, with this node among its initial voters, before this
+        // node registered: the ordinary start of a cluster.
+        let a = answers(vec![
+            ("n1", info(true, &["n1", "n2", "n3"], &["n1"])),
+            ("n3", info(false, &[], &[])),
+        ]);
+        assert_eq!(verdict("n2", false, &a), Verdict::Go);
+    }
+
+    #[test]
+    fn a_cluster_formed_without_this_node_is_joined_not_formed() {
+        let a = answers(vec![("n1", info(true, &["n1", "n3"], &["n1", "n3"]))]);
+        assert!(matches!(
+            verdict("n2", false, &a),
+            Verdict::NotInitial { .. }
+        ));
+        assert_eq!(verdict("n2", true, &a), Verdict::Go);
+    }
+
+    #[test]
+    fn a_joining_node_needs_one_answer() {
+        let a = answers(vec![("n1", None), ("n3", None)]);
+        assert!(matches!(verdict("n4", true, &a), Verdict::Wait(_)));
+        let a = answers(vec![
+            ("n1", None),
+            ("n3", info(true, &["n1", "n3"], &["n1", "n3"])),
+        ]);
+        assert_eq!(verdict("n4", true, &a), Verdict::Go);
+    }
+}
