@@ -10,6 +10,9 @@ pub const NODE_READY: &str = "node.ready";
 pub const NODE_STOPPING: &str = "node.stopping";
 pub const NODE_STOPPED: &str = "node.stopped";
 pub const NODE_ABORTED: &str = "node.aborted";
+/// The control plane stopped on a fatal error (`cause`): the node stops renewing, stops
+/// its plugins and exits non-zero.
+pub const NODE_FAILED: &str = "node.failed";
 pub const NODE_SHUTDOWN_OVERRUN: &str = "node.shutdown_overrun";
 pub const CATALOG_REJECTED: &str = "catalog.rejected";
 pub const CATALOG_REMOVED: &str = "catalog.removed";

@@ -257,9 +257,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut unpublished = false;
     let mut published_at = tokio::time::Instant::now();
     let mut shutdown = std::pin::pin!(shutdown);
+    // A node whose Raft stopped on a fatal error (its store failed) has a frozen replica:
+    // handovers never reach it and its saves time out, while the leader would go on
+    // renewing its session. It stops renewing, stops its plugins and exits with the cause.
+    let mut raft_failed = std::pin::pin!(shared.control.failed());
+    let mut failure = None;
     loop {
         tokio::select! {
             _ = shutdown.as_mut() => break,
+            cause = raft_failed.as_mut() => {
+                tracing::error!(
+                    event = events::NODE_FAILED,
+                    node = %config.name,
+                    cause = %cause,
+                    "the control plane stopped: {cause}; this node stops renewing its session, stops its plugins and exits"
+                );
+                stop_tx.send_replace(true);
+                failure = Some(cause);
+                break;
+            }
             change = changes.recv() => match change {
                 Some(first) => {
                     // Every change already queued is applied before the plugins and
@@ -309,7 +325,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     advertiser.abort();
     folder.abandon().await;
     let bound = folder.longest_stop() + SHUTDOWN_SLACK;
-    hand_over_all(&shared, &owner).await;
+    if failure.is_some() {
+        owner.stop_all(CleanupReason::Shutdown);
+    } else {
+        hand_over_all(&shared, &owner).await;
+    }
     let drained = tokio::time::timeout(bound, async {
         while !owner.idle() {
             owner.reconcile(&plugins, false).await;
@@ -339,7 +359,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Whatever still runs there (an abandoned call past its backstops) is dropped.
     drop(plugin_threads);
     tracing::info!(event = events::NODE_STOPPED, node = %config.name, "node stopped");
-    Ok(())
+    match failure {
+        Some(cause) => Err(NodeError::Raft(crate::raft::ControlError::Stopped(cause))),
+        None => Ok(()),
+    }
 }
 
 /// The threads plugin code runs on, and the loading of the plugins folder: a runtime of

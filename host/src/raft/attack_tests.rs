@@ -110,6 +110,13 @@ async fn receiver(max_snapshot: usize) -> Group {
         options.max_snapshot = max_snapshot;
         group.start(name, options).await;
     }
+    // As once the nodes it was given have answered (`forming.rs`): a new store takes no
+    // chunk before that, and these tests are about what it does with them after.
+    group
+        .control("n1")
+        .shared
+        .forming
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     group
 }
 

@@ -603,6 +603,21 @@ impl Control {
         self.shared.metrics.clone()
     }
 
+    /// Resolves when Raft has stopped on a fatal error (its store failed, for instance
+    /// a full disk), with the cause; never while Raft runs, nor after [`Control::shutdown`].
+    /// A node whose replica is frozen must not go on owning slots (`node/mod.rs`).
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.shared.metrics.clone();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// The voters and learners, by name, with their addresses.
     pub fn members(&self) -> Members {
         let metrics = self.shared.metrics.borrow();
