@@ -82,7 +82,8 @@ pub const SESSION_OPENED: &str = "session.opened";
 /// The leader committed the expiry of a node's session: its slots are vacant.
 pub const SESSION_EXPIRED: &str = "session.expired";
 /// A new leader learned from a majority of voters where the session clocks of its term
-/// start (`term`, `base_ms_ago`): the lease handoff.
+/// start (`term`, `base_ms_ago`, and `from`: `answers` when every answer bounded the past,
+/// `election` when one could not and the clocks start at the election): the lease handoff.
 pub const LEASE_INHERITED: &str = "lease.inherited";
 /// This node's lease deadline passed, or the leader no longer knows its session: its
 /// plugins are stopped and a new session is opened.

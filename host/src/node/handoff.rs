@@ -70,10 +70,56 @@ pub async fn answer(shared: &Shared, term: u64) -> Result<Heard, String> {
     })
 }
 
+/// Where a term's session clocks start, and what set it there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inherited {
+    /// The latest of the answers, as a time on this node's clock.
+    pub base: Instant,
+    /// What the latest answer was.
+    pub from: BaseFrom,
+}
+
+/// What the base of a term's session clocks rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseFrom {
+    /// An elapsed time: every answer of the quorum bounded the past, and the base is the
+    /// latest of those bounds.
+    Answers,
+    /// A voter could not bound the past (it answered "no record"), so the base is when its
+    /// answer arrived: the clocks start at this leader's election, a whole TTL from now.
+    Election,
+}
+
+impl BaseFrom {
+    /// The word the `lease.inherited` event carries (`from`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BaseFrom::Answers => "answers",
+            BaseFrom::Election => "election",
+        }
+    }
+}
+
+/// One voter's answer as a time on this node's clock, erring late: `received` minus the
+/// elapsed time shrunk by the clock-rate margin, or `received` itself if the voter could
+/// not bound the past.
+pub fn estimate(received: Instant, heard: &Heard) -> (Instant, BaseFrom) {
+    match heard.elapsed_us {
+        // Shrunk by the clock-rate margin: an overestimate would move the base early.
+        Some(us) => (
+            received
+                .checked_sub(Duration::from_micros(us - us / 20))
+                .unwrap_or(received),
+            BaseFrom::Answers,
+        ),
+        None => (received, BaseFrom::Election),
+    }
+}
+
 /// The leader's side: asks every voter of the membership and returns the base of its
 /// term's session clocks once a quorum (a majority of each voter set) answered; `None`
 /// if it stopped being the leader of `term` first.
-pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
+pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Inherited> {
     // A quorum is a majority of every voter set (two during a joint membership change):
     // the answers must intersect any quorum the old leader used.
     let sets = shared.control.voter_sets();
@@ -97,7 +143,7 @@ pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
         });
     }
     let mut answered = std::collections::BTreeMap::new();
-    let quorum = |answered: &std::collections::BTreeMap<String, Instant>| {
+    let quorum = |answered: &std::collections::BTreeMap<String, (Instant, BaseFrom)>| {
         !sets.is_empty()
             && sets
                 .iter()
@@ -111,16 +157,22 @@ pub async fn inherit(shared: Arc<Shared>, term: u64) -> Option<Instant> {
             _ => return None,
         }
     }
-    let base = answered.into_values().max()?;
+    let (base, from) = answered.into_values().max_by_key(|(at, _)| *at)?;
     if std::env::var_os(UNSAFE_EARLY_HANDOFF).is_some() {
-        return base.checked_sub(shared.timing.ttl).or(Some(base));
+        let base = base.checked_sub(shared.timing.ttl).unwrap_or(base);
+        return Some(Inherited { base, from });
     }
-    Some(base)
+    Some(Inherited { base, from })
 }
 
 /// One voter's answer as a time on this node's clock: when it last heard a leader of an
 /// older term, erring late.
-async fn ask(shared: &Shared, name: &str, addr: &str, term: u64) -> Result<Instant, String> {
+async fn ask(
+    shared: &Shared,
+    name: &str,
+    addr: &str,
+    term: u64,
+) -> Result<(Instant, BaseFrom), String> {
     let heard = if name == shared.me {
         answer(shared, term).await?
     } else {
@@ -130,12 +182,5 @@ async fn ask(shared: &Shared, name: &str, addr: &str, term: u64) -> Result<Insta
             .await
             .map_err(|_| "timed out".to_owned())??
     };
-    let received = Instant::now();
-    Ok(match heard.elapsed_us {
-        // Shrunk by the clock-rate margin: an overestimate would move the base early.
-        Some(us) => received
-            .checked_sub(Duration::from_micros(us - us / 20))
-            .unwrap_or(received),
-        None => received,
-    })
+    Ok(estimate(Instant::now(), &heard))
 }
