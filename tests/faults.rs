@@ -744,7 +744,6 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
 /// session clocks must start from the answers' base, not from its own election, and the
 /// slot must still wait for the cut-off owner's deadline (the checker finds no overlap).
 #[test]
-#[ignore = "fails until a voter with no record answers the time since it started (issue 30)"]
 fn an_unreached_voter_bounds_the_past_and_the_successor_waits_for_the_deadline() {
     let Some((from, violations)) = unreached_voter_then_leader_cut(false) else {
         return;

@@ -220,13 +220,12 @@ pub async fn answer(
     }
     let received = Instant::now();
     let term = shared.control.term();
+    // A quorum heard this leader after the renewal arrived: recorded for the handoff.
     shared
         .control
-        .ensure_leadership()
+        .confirm_leadership(term)
         .await
         .map_err(|e| e.to_string())?;
-    // A quorum heard this leader after the renewal arrived: the handoff's record.
-    shared.control.confirmed_leadership(term);
     let current = shared.read(|c| {
         c.members
             .get(node)

@@ -367,7 +367,7 @@ impl Control {
             cluster,
             applied,
             appends: watch::Sender::new(0),
-            heard: heard::Heard::default(),
+            heard: heard::Heard::new(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
             forwards: forwards::Forwards::default(),
@@ -543,16 +543,25 @@ impl Control {
         self.shared.metrics.borrow().current_term
     }
 
-    /// Records that this node, as leader of `term`, has just confirmed its leadership
-    /// with a quorum (before acknowledging a renewal): it heard a leader then.
-    pub fn confirmed_leadership(&self, term: u64) {
+    /// [`Control::ensure_leadership`] for a renewal: once the round succeeded, records
+    /// that this node, as leader of `term`, heard a leader then (the handoff's record,
+    /// `heard.rs`). The round counts as a hearing in flight until it is recorded.
+    pub async fn confirm_leadership(&self, term: u64) -> Result<(), ControlError> {
+        let _hearing = self.shared.heard.hearing().await;
+        self.ensure_leadership().await?;
         self.shared.heard.record(term, Instant::now());
+        Ok(())
     }
 
     /// How long ago this node last heard a leader of a term below `term` (accepted its
-    /// append, or was it and confirmed a quorum); `None` if it has not since it started.
-    pub fn since_leader_below(&self, term: u64) -> Option<Duration> {
-        self.shared.heard.since_below(term, Instant::now())
+    /// append or snapshot, or was it and confirmed a quorum), or, if it heard none since
+    /// it started and dropped no record of one, how long ago it started; `None` if it
+    /// cannot bound the past (`heard.rs`). Waits for the hearings in flight first.
+    pub async fn since_leader_below(&self, term: u64) -> Option<Duration> {
+        self.shared.heard.settle().await;
+        let since = self.shared.heard.since_below(term, Instant::now());
+        tracing::debug!(term, ?since, "lease handoff: answered");
+        since.elapsed()
     }
 
     /// Whether this node is the leader (as far as it knows: see
