@@ -845,7 +845,6 @@ async fn a_stopped_peer_fails_fast_and_is_dialed_again_when_it_returns() {
 /// timeout (issue 30: at quinn's default initial RTT of 333 ms it came after about 1 s,
 /// just as a 1 s dial gave up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until the cluster links' initial RTT is a LAN's (issue 30)"]
 async fn a_dial_that_races_the_peer_s_bind_lands() {
     init_logs();
     let certs = Certs::new();
