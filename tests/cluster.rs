@@ -636,7 +636,6 @@ fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
 /// keeps its term (issue 30). The late member is the one with the highest node id:
 /// its term-1 campaign would outrank a leader of term 1 in openraft's order.
 #[test]
-#[ignore = "fails until a fresh member waits to be reached (issue 30)"]
 fn a_fresh_member_that_starts_late_does_not_depose_the_leader() {
     let mut c = Cluster::builder(3).build();
     let late = (0..3)

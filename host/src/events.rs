@@ -103,6 +103,10 @@ pub const ADMIN_REQUEST: &str = "admin.request";
 pub const DEV_CERTS: &str = "node.dev_certs";
 /// This node initialized the Raft group with the initial members (`members`).
 pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
+/// A fresh initial member other than the first waited to be reached before bootstrapping
+/// (`after_ms`): `leader` names the leader that reached it, or is absent when none did in
+/// time and it bootstraps itself.
+pub const CLUSTER_REACHED: &str = "cluster.reached";
 /// This node joined an existing cluster (`via`, `voter`).
 pub const CLUSTER_JOINED: &str = "cluster.joined";
 /// The leader changed the Raft membership: a learner added, promoted, or a member's

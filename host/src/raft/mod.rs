@@ -22,7 +22,8 @@
 //! fallback service). The node binds its [`Rpc`] with that service, then hands the
 //! endpoint back with [`Control::attach`]. A node listed in the initial `peers` then
 //! calls [`Control::bootstrap`] with the same member set as every other initial node (it
-//! is a no-op on a node whose log is not fresh); a node added later calls
+//! is a no-op on a node whose log is not fresh, and any member but the first waits to be
+//! reached by a leader before forming it, `rejoin.rs`); a node added later calls
 //! [`Control::join`], which asks members in turn until the leader adds it as a learner.
 //! The leader promotes caught-up learners to voters while there are fewer than
 //! `voters` (default 3, at most 7). A single node is a one-voter cluster: the same path.
@@ -40,7 +41,8 @@
 //!
 //! What it deliberately does not do: remove members or demote voters (a dead voter stays
 //! a voter until an operator action exists), use PreVote (openraft 0.9 has none: a node
-//! returning from a partition may force one election; a *restarted* one does not, see
+//! returning from a partition may force one election; a *restarted* one does not, nor
+//! does a fresh initial member that starts after the others formed the cluster, see
 //! `rejoin.rs`), or decide anything about the
 //! cluster state.
 
@@ -411,7 +413,9 @@ impl Control {
     /// Forms the cluster from `members` (name → address), if this node's log is fresh.
     /// Every initial member calls it with the same set; on a node that was already
     /// initialized (a restart, or a cluster formed by another member first) it does
-    /// nothing.
+    /// nothing. Only the member with the lowest node id forms it at once; any other first
+    /// waits up to `rejoin::HOLD` (2 s) for a leader to reach it, and then does nothing
+    /// (`rejoin.rs`).
     pub async fn bootstrap(&self, members: &BTreeMap<String, String>) -> Result<(), ControlError> {
         let shared = &self.shared;
         shared.attached()?;
@@ -444,6 +448,26 @@ impl Control {
             .map_err(|e| ControlError::Stopped(e.to_string()))?;
         if initialized {
             return Ok(());
+        }
+        // Only the first member campaigns at once; the others wait to be reached by the
+        // leader it elects, or by one that exists already (`rejoin.rs`).
+        if !rejoin::campaigns_first(shared.me, nodes.keys().copied()) {
+            let started = Instant::now();
+            if rejoin::reached(shared).await {
+                tracing::info!(
+                    event = crate::events::CLUSTER_REACHED,
+                    after_ms = started.elapsed().as_millis() as u64,
+                    leader = ?self.leader().map(|(name, _)| name),
+                    "a leader reached this node before it bootstrapped; joined its group without a campaign"
+                );
+                return Ok(());
+            }
+            tracing::info!(
+                event = crate::events::CLUSTER_REACHED,
+                after_ms = started.elapsed().as_millis() as u64,
+                "no leader reached this node in {:?}; it bootstraps and campaigns itself",
+                rejoin::HOLD
+            );
         }
         match shared.raft.initialize(nodes).await {
             Ok(()) => {
