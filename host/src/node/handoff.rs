@@ -8,7 +8,7 @@
 //! received by L1 at time a. Its D ≤ a + T − m (the owner counts from its send time,
 //! which is earlier). L1 acknowledged only after a heartbeat round that began after a
 //! (`session::answer`), so a quorum Q of voters accepted an append from L1 at or after a,
-//! or, for L1 itself, confirmed its leadership then (`raft/heard.rs` records both).
+//! or, for L1 itself, recorded after a, before the round, that it led (`raft/heard.rs`).
 //! 1. *Intersection.* L2 asks every voter "how long since you last heard a leader of a
 //!    term below mine?" and waits for a quorum M of answers (itself included): a
 //!    majority of its voter set, or of each set during a joint membership change, whose
@@ -18,7 +18,7 @@
 //!    is at least L2's, so it refuses L1's appends from then on: nothing it hears from L1
 //!    after its answer can exist, and no quorum L1 completes later can avoid a voter of
 //!    M, whose answer covers it. Before it answers, it waits until every message Raft
-//!    took (and its own leadership round, if it led) is recorded (`raft/heard.rs`).
+//!    took is recorded (a leader records its rounds before they start: `raft/heard.rs`).
 //! 3. *A voter with no record still bounds the past.* If w has no record of a term below
 //!    L2's and dropped none, it heard no leader of such a term since it started, at some
 //!    time S_w (its record keeper is made before it can take a Raft message). Its

@@ -220,7 +220,8 @@ pub async fn answer(
     }
     let received = Instant::now();
     let term = shared.control.term();
-    // A quorum heard this leader after the renewal arrived: recorded for the handoff.
+    // Recorded for the handoff (after the renewal arrived), then a quorum round that
+    // starts after it: a quorum heard this leader after the renewal arrived.
     shared
         .control
         .confirm_leadership(term)

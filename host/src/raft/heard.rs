@@ -11,8 +11,11 @@
 //! Recorded here: every AppendEntries and every snapshot chunk this node handed to Raft
 //! (recorded once Raft has answered, whatever it answered: only the accepted ones matter,
 //! and a record made after Raft took a message is later than every message Raft took
-//! before it), and every quorum round this node confirmed as leader before acknowledging
-//! a renewal. Times are monotonic (`Instant`), so they mean nothing across a restart.
+//! before it), and, on a leader, every quorum round it starts before acknowledging a
+//! renewal (recorded before the round starts, after the renewal arrived; a round Raft
+//! takes after this node adopted a higher term fails, so the record is in place before
+//! any answer that round could matter to). Times are monotonic (`Instant`), so they mean
+//! nothing across a restart.
 //!
 //! **The three answers** ([`Since`]), for a question from the leader of term t:
 //! - *Heard*: the latest record of a term below t. Records of older terms may have been
@@ -30,7 +33,7 @@
 //!   message Raft took is recorded before the node answers: a message is *in flight*
 //!   from before Raft sees it until its record is written ([`Heard::hearing`]), and an
 //!   answer first waits for every message in flight when it asked ([`Heard::settle`]).
-//!   The leader's own rounds are in flight from before the round until their record.
+//!   A leader's own round is recorded before it starts, so it needs no such wait.
 //! - *Unknown*: a record of a term below t was dropped and none is kept; the asker takes
 //!   its receive time (the most cautious answer).
 

@@ -567,18 +567,20 @@ impl Control {
         self.shared.metrics.borrow().current_term
     }
 
-    /// [`Control::ensure_leadership`] for a renewal: once the round succeeded, records
-    /// that this node, as leader of `term`, heard a leader then (the handoff's record,
-    /// `heard.rs`). The round counts as a hearing in flight until it is recorded.
+    /// [`Control::ensure_leadership`] for a renewal that arrived before this call,
+    /// recorded first as this node hearing a leader of `term`, itself (the handoff's
+    /// record, `heard.rs`): the record is made after the renewal arrived and before the
+    /// round that may acknowledge it starts, and a round that Raft takes after this node
+    /// adopted a higher term fails, so no answer this node gives in that term can miss a
+    /// round that acknowledged anything. A failed round leaves a record too, which only
+    /// makes later answers more cautious.
     pub async fn confirm_leadership(&self, term: u64) -> Result<(), ControlError> {
-        let _hearing = self.shared.heard.hearing().await;
-        self.ensure_leadership().await?;
         self.shared.heard.record(term, Instant::now());
-        Ok(())
+        self.ensure_leadership().await
     }
 
     /// How long ago this node last heard a leader of a term below `term` (accepted its
-    /// append or snapshot, or was it and confirmed a quorum), or, if it heard none since
+    /// append or snapshot, or was it and started a quorum round), or, if it heard none since
     /// it started and dropped no record of one, how long ago it started; `None` if it
     /// cannot bound the past (`heard.rs`). Waits for the hearings in flight first.
     pub async fn since_leader_below(&self, term: u64) -> Option<Duration> {
