@@ -250,6 +250,33 @@ mod tests {
         assert!(inherited.base + ttl < received + ttl - MS(900));
     }
 
+    /// The case the argument is about: the voter that heard L1's last round is the one
+    /// without a record. Q = {L1, C}: C heard L1's round at `a + 10 ms`, then restarted
+    /// at `a + 400 ms` and has heard no one since; B, L2's other voter, last heard L1
+    /// long before `a` (it was not in Q). L2 asks at `a + 1 s`.
+    #[test]
+    fn a_voter_that_lost_its_record_to_a_restart_answers_its_start() {
+        let a = Instant::now() + MS(10_000);
+        let (c_heard, c_restarted, b_heard) = (a + MS(10), a + MS(400), a - MS(1500));
+        let asked = a + MS(1000);
+        let received = asked + MS(5);
+        let answer = |since: Instant| Heard {
+            elapsed_us: Some((asked - since).as_micros() as u64),
+        };
+        let b = estimate(received, &answer(b_heard));
+        let c = estimate(received, &answer(c_restarted));
+        let inherited = latest([b, c]).unwrap();
+        assert_eq!(inherited.from, BaseFrom::Answers);
+        // The base is C's start (erring late by the margin and the answer's delay),
+        // after its lost hearing, after a.
+        assert!(inherited.base >= c_restarted && inherited.base <= c_restarted + MS(50));
+        assert!(inherited.base >= c_heard && inherited.base >= a);
+        assert!(inherited.base + MS(2000) > deadline(a));
+        // Without C's answer (B's alone) the base would come before a: the bound rests
+        // on the restarted voter's start.
+        assert!(b.0 < a);
+    }
+
     /// Had C answered as it did before (no record: "no bound"), the clocks would start at
     /// the election: safe, but a whole TTL after it.
     #[test]
