@@ -29,7 +29,8 @@
 //!   ago" bounds the past as well as a record would: a voter of the old leader's last
 //!   quorum that answers so heard that leader before it started, and the answer's time is
 //!   no earlier than the hearing. Two conditions make it hold: (a) no record of a term
-//!   below t was dropped (a node that dropped one answers *Unknown*), and (b) every
+//!   below t was dropped (a node that dropped one and kept none answers *Unknown*;
+//!   one that kept one answers *Heard*, as above), and (b) every
 //!   message Raft took is recorded before the node answers: a message is *in flight*
 //!   from before Raft sees it until its record is written ([`Heard::hearing`]), and an
 //!   answer first waits for every message in flight when it asked ([`Heard::settle`]).
