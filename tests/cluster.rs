@@ -631,6 +631,68 @@ fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
     assert_safe(&merged, "solo", 1);
 }
 
+/// An initial member that starts after the others formed the cluster (a fresh data dir,
+/// the same `peers`) takes the leader it finds instead of campaigning, so the leader
+/// keeps its term (issue 30). The late member is the one with the highest node id:
+/// its term-1 campaign would outrank a leader of term 1 in openraft's order.
+#[test]
+fn a_fresh_member_that_starts_late_does_not_depose_the_leader() {
+    let mut c = Cluster::builder(3).build();
+    let late = (0..3)
+        .max_by_key(|&i| tenure::raft::node_id(c.name(i)))
+        .unwrap();
+    for i in (0..3).filter(|&i| i != late) {
+        c.spawn(i);
+    }
+    let early: Vec<usize> = (0..3).filter(|&i| i != late).collect();
+    let last_leader = |c: &Cluster, i: usize| {
+        let events = c.node(i).events();
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| is("cluster.leader").matches(e))?;
+        Some((last["node"].as_str()?.to_string(), last["term"].as_u64()?))
+    };
+    let before = c.wait(
+        "the first two to agree on a leader with sessions",
+        WAIT,
+        |c| {
+            let seen = last_leader(c, early[0])?;
+            let sessions = early
+                .iter()
+                .all(|&i| c.node(i).count(is("session.opened").f()) > 0);
+            (last_leader(c, early[1])? == seen && sessions).then_some(seen)
+        },
+    );
+    eprintln!(
+        "phase: {} leads in term {}; {} starts",
+        before.0,
+        before.1,
+        c.name(late)
+    );
+    c.spawn(late);
+    c.wait("the late member to open a session", WAIT, |c| {
+        (c.node(late).count(is("session.opened").f()) > 0).then_some(())
+    });
+    for i in 0..3 {
+        let leaders: Vec<(String, u64)> = c
+            .node(i)
+            .events()
+            .iter()
+            .filter(|e| is("cluster.leader").matches(e))
+            .filter_map(|e| Some((e["node"].as_str()?.to_string(), e["term"].as_u64()?)))
+            .collect();
+        let after: Vec<_> = leaders.iter().skip_while(|l| **l != before).collect();
+        assert!(
+            leaders.contains(&before) && after.iter().all(|l| **l == before),
+            "{} saw the leader change after {} started: {leaders:?} (before: {before:?})",
+            c.name(i),
+            c.name(late)
+        );
+    }
+    c.stop_all();
+}
+
 #[test]
 fn a_node_that_joins_later_becomes_a_member_and_owns_a_slot() {
     let mut c = Cluster::builder(3).build();

@@ -736,6 +736,177 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
     Some(violations)
 }
 
+/// A voter that no leader has reached answers the handoff too: "nothing heard since I
+/// started, e ago" (issue 30). Three nodes; the third's link is down from its start, so
+/// only the first two form the cluster. Once the leader owns the slot, the third comes
+/// back and the leader is cut off at once: the new leader's quorum is the second node
+/// (which heard the old leader a moment ago) and the third (which heard no one). Its
+/// session clocks must start from the answers' base, not from its own election, and the
+/// slot must still wait for the cut-off owner's deadline (the checker finds no overlap).
+#[test]
+fn an_unreached_voter_bounds_the_past_and_the_successor_waits_for_the_deadline() {
+    let Some((from, violations)) = unreached_voter_then_leader_cut(false) else {
+        return;
+    };
+    assert!(violations.is_empty(), "{violations:?}");
+    assert_eq!(
+        from, "answers",
+        "the new leader's session clocks started at its election, not at the answers' base"
+    );
+}
+
+/// The same run with the handoff's base taken a TTL early (the test-only switch): the
+/// checker must report the overlap.
+#[test]
+fn an_early_handoff_after_an_unreached_voter_is_caught() {
+    let Some((_, violations)) = unreached_voter_then_leader_cut(true) else {
+        return;
+    };
+    assert!(
+        violations.iter().any(|v| v.kind == "overlap"),
+        "the checker missed the early handoff's overlap: {violations:?}"
+    );
+}
+
+/// Runs the scenario of the two tests above; returns the `from` of the new leader's
+/// `lease.inherited` and the checker's violations; `None` if this machine cannot make
+/// network namespaces.
+fn unreached_voter_then_leader_cut(early: bool) -> Option<(String, Vec<checker::Violation>)> {
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = Net::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    let net = match Net::create(3) {
+        Ok(net) => net,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot create network namespaces: {why}");
+            return None;
+        }
+    };
+    let mut c = Cluster::builder(3)
+        .ttl(Duration::from_secs(3))
+        .hosts((0..3).map(|i| net.ip(i)).collect())
+        .wrappers((0..3).map(|i| net.wrapper(i)).collect())
+        .build();
+    if early {
+        for i in 0..3 {
+            c.node_mut(i).set_env("TENURE_UNSAFE_EARLY_HANDOFF", "1");
+        }
+    }
+    c.install_plugin_everywhere(
+        "busy",
+        &manifest("busy", 1, "1.0.0"),
+        &plugins().misbehave_bytes(),
+    );
+    let unreached = 2;
+    let mut schedule = Schedule {
+        seed: 0,
+        faults: Vec::new(),
+    };
+    net.cut(unreached);
+    schedule.record(now_us(), c.name(unreached), "cut");
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    // The two reachable nodes agree on a leader that owns the slot, and no session was
+    // opened, lost or expired for a TTL.
+    let leader_of = |c: &Cluster, i: usize| {
+        let events = c.node(i).events();
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| is("cluster.leader").matches(e))?;
+        Some((last["node"].as_str()?.to_string(), last["term"].as_u64()?))
+    };
+    let calm = |c: &Cluster| {
+        let quiet = c.merged().iter().all(|e| {
+            !["session.opened", "session.expired", "lease.lost"]
+                .iter()
+                .any(|kind| is(kind).matches(e))
+                || now_us() - timestamp_us(e) > c.ttl().as_micros() as i64
+        });
+        let (leader, term) = leader_of(c, 0)?;
+        let agreed = leader_of(c, 1)? == (leader.clone(), term);
+        let sessions = (0..2).all(|i| c.node(i).count(is("session.opened").f()) > 0);
+        let owner = c.owners("busy").pop()?;
+        (quiet && agreed && sessions).then_some((leader, owner))
+    };
+    let (leader, owner) = c.wait("two nodes calm, the third unreached", WAIT, calm);
+    if owner.node != leader {
+        let moved = c.admin(&["move", "busy", "--to", &leader]);
+        assert!(moved.status.success(), "tenure move: {moved:?}");
+    }
+    let (_, owner) = c.wait("the leader owning the slot, calm", WAIT, |c| {
+        calm(c).filter(|(l, o)| *l == leader && o.node == leader)
+    });
+    assert!(
+        c.node(unreached).count(is("cluster.leader").f()) == 0,
+        "the unreached node saw a leader through a link that is down"
+    );
+    let x = c.index(&leader);
+    // Back just before the leader goes: no leader has reached it when the new one asks.
+    net.heal(unreached);
+    schedule.record(now_us(), c.name(unreached), "heal");
+    net.cut(x);
+    let cut_at = now_us();
+    schedule.record(cut_at, &leader, "cut");
+    let inherited = c.wait("a new leader's lease.inherited", WAIT, |c| {
+        (0..3).filter(|&i| i != x).find_map(|i| {
+            c.node(i)
+                .events()
+                .into_iter()
+                .find(|e| is("lease.inherited").matches(e) && timestamp_us(e) > cut_at)
+        })
+    });
+    eprintln!("[handoff] {inherited}");
+    let from = str_field(&inherited, "from").to_string();
+    let successor = c.wait("the slot granted on the majority side", WAIT, |c| {
+        c.owners("busy")
+            .into_iter()
+            .find(|o| o.node != leader && timestamp_us(&o.started) > cut_at)
+    });
+    eprintln!(
+        "[handoff] successor {} started {} ms after the cut; the new leader's base was {} ms \
+         before its lease.inherited, {} ms after the cut",
+        successor.node,
+        (timestamp_us(&successor.started) - cut_at) / 1000,
+        u64_field(&inherited, "base_ms_ago"),
+        (timestamp_us(&inherited) - cut_at) / 1000 - u64_field(&inherited, "base_ms_ago") as i64
+    );
+    // The cut-off owner's plugin runs to its deadline; heal once it must have stopped.
+    let stopped = c.wait_event(x, "the cut-off owner's plugin.stopped", 0, |e| {
+        is("plugin.stopped")
+            .with("resource", "busy")
+            .with("token", owner.token)
+            .matches(e)
+    });
+    eprintln!(
+        "[handoff] {} stopped its plugin {} ms after the cut",
+        leader,
+        (timestamp_us(&stopped) - cut_at) / 1000
+    );
+    schedule.record(now_us(), &leader, "heal");
+    net.heal(x);
+    for i in c.alive_nodes() {
+        c.kill(i);
+    }
+    let expect = Expect {
+        resources: vec![Resource {
+            name: "busy".into(),
+            tickets: 1,
+            counter: false,
+            recovers: true,
+        }],
+        recovered: None,
+    };
+    let violations = checker::check(&c.merged(), &schedule, &expect);
+    for v in &violations {
+        eprintln!("{}", v.render(&schedule));
+    }
+    Some((from, violations))
+}
+
 // ---- The checker on hand-made logs ------------------------------------------------------
 
 fn at(ms: i64) -> String {

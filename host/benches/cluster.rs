@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench -p tenure --bench cluster` from the workspace root (several
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
-//! `peers`, `calm`, `handover`, `traffic`, `convergence` (default: all; `peers` needs
+//! `peers`, `calm`, `handover`, `traffic`, `convergence`, `reach`, `early` (default: all; `peers` needs
 //! `scripts/bench-peers-setup` run once); `TENURE_BENCH_CALM_S` the length of `calm`
 //! (default 600: the issue's 10 minutes); `TENURE_BENCH_TRIALS` sets the trials of
 //! failover, peers and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
@@ -46,6 +46,16 @@
 //!    actually running and failed starts are reported beside it. Then the control
 //!    traffic at that size, as in 3 (it must not grow with the resource count), and
 //!    kill -9 of one node (not the leader) → every slot owned again by the others.
+//! 5. **Reach** (3 nodes started together on fresh data dirs, `TENURE_BENCH_TRIALS`
+//!    times): the first spawn → the moment every node has been reached by a leader (the
+//!    last node's first `cluster.leader`), and the Raft term then (how many elections the
+//!    formation took). A first QUIC Initial sent before the peer has bound its port is
+//!    lost; how soon it is resent decides whether the first dial lands (issue 30).
+//!    **Early** (`TENURE_BENCH_TRIALS` fresh clusters of 3 at each failover TTL): the
+//!    failover section's kill, but of the first owner as soon as its plugin started,
+//!    during the formation (the kill's time from the first spawn is shown); timed the
+//!    same, with the new leader's `lease.inherited` (`from`: what its base rested on)
+//!    when the owner led.
 //!
 //! `TENURE_BENCH_TTLS_MS` sets the TTLs of the failover section (default `2000,500`).
 //! `TENURE_BENCH_RUST_LOG` adds log directives to the nodes' filter. Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
@@ -97,6 +107,7 @@ const KEEP: &[&str] = &[
     "session.expired",
     "lease.lost",
     "cluster.leader",
+    "lease.inherited",
     "plugin.started",
     "plugin.stopped",
     "plugin.cleanup",
@@ -115,6 +126,8 @@ fn main() -> anyhow::Result<()> {
             "handover",
             "traffic",
             "convergence",
+            "reach",
+            "early",
         ],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
@@ -146,6 +159,14 @@ fn main() -> anyhow::Result<()> {
     }
     if has("convergence") {
         convergence_section(&heartbeat, resources, &mut table)?;
+    }
+    if has("reach") {
+        reach_section(trials, &mut table)?;
+    }
+    if has("early") {
+        for ttl in env_list_ms("TENURE_BENCH_TTLS_MS", &[2000, 500])? {
+            early_section(&heartbeat, ttl, trials, &mut table)?;
+        }
     }
     print_machine("after");
     table.print();
@@ -312,6 +333,149 @@ fn failover_section(
         }
     }
     cluster.check_no_failures()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Reach
+// ---------------------------------------------------------------------------------------
+
+/// Three fresh nodes started together, `trials` times: the first spawn → every node
+/// reached by a leader (its first `cluster.leader`), and the term at that moment.
+fn reach_section(trials: usize, table: &mut Table) -> anyhow::Result<()> {
+    println!("\n== reach: 3 fresh nodes started together → every node reached by a leader ==");
+    let mut reached = Vec::new();
+    let mut terms = Vec::new();
+    for trial in 0..trials {
+        let mut cluster = Cluster::new(3, Duration::from_secs(2))?;
+        let spawned_us = system_us(SystemTime::now());
+        for i in 0..cluster.len() {
+            cluster.spawn(i)?;
+        }
+        // Each node's first `cluster.leader`: when it first knew a leader.
+        let firsts = cluster.wait("every node reached by a leader", WAIT, |c| {
+            (0..c.len())
+                .map(|i| {
+                    let log = c.nodes[i].log.lock().unwrap();
+                    log.events
+                        .iter()
+                        .find(|e| e.name == "cluster.leader")
+                        .map(|e| (e.at_us, e.field("term").and_then(Value::as_u64)))
+                })
+                .collect::<Option<Vec<_>>>()
+        })?;
+        let (last_us, term) = firsts
+            .iter()
+            .max_by_key(|(at, _)| *at)
+            .copied()
+            .context("no node")?;
+        let ms = (last_us - spawned_us) as f64 / 1000.0;
+        let term = term.unwrap_or(0);
+        let each: Vec<String> = firsts
+            .iter()
+            .enumerate()
+            .map(|(i, (at, _))| {
+                format!(
+                    "{} {:.0}",
+                    cluster.name(i),
+                    (at - spawned_us) as f64 / 1000.0
+                )
+            })
+            .collect();
+        println!(
+            "  trial {:2}: every node reached after {ms:.1} ms (term {term}; {} ms)",
+            trial + 1,
+            each.join(", ")
+        );
+        reached.push(ms);
+        terms.push(term as f64);
+    }
+    let load = load_average();
+    let over = reached.iter().filter(|ms| **ms > 1000.0).count();
+    let summary = Summary::of(reached);
+    let label = "reach: spawn → every node reached by a leader";
+    println!("{label}: {} ({over} over 1 s)", summary.describe("ms", 1));
+    table.row(label, &summary, "ms", 1, "", &load);
+    let summary = Summary::of(terms);
+    let label = "reach: the term then (elections of the formation)";
+    println!("{label}: {}", summary.describe("", 0));
+    table.row(label, &summary, "", 0, "", &load);
+    Ok(())
+}
+
+/// Fresh clusters of 3 whose first owner of `hb` is killed as soon as its plugin started:
+/// kill → the successor's `plugin.started`, as in [`failover_section`].
+fn early_section(
+    heartbeat: &Path,
+    ttl: Duration,
+    trials: usize,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let ttl_ms = millis(ttl);
+    println!(
+        "\n== early: kill -9 of the first owner during formation → successor's plugin.started (3 nodes, TTL {ttl_ms:.0} ms) =="
+    );
+    let grace = (ttl / 5).min(Duration::from_millis(500));
+    let manifest = format!(
+        "resource = \"hb\"\ntickets = 1\n[limits]\nstop_grace = \"{}ms\"\n",
+        grace.as_millis()
+    );
+    let mut all = Vec::new();
+    let mut led = Vec::new();
+    for trial in 0..trials {
+        let mut cluster = Cluster::new(3, ttl)?;
+        cluster.install_everywhere(HB, Some(&manifest), heartbeat)?;
+        let spawned_us = system_us(SystemTime::now());
+        for i in 0..cluster.len() {
+            cluster.spawn(i)?;
+        }
+        let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
+        let was_leader = cluster.is_leader(owner)?;
+        let killed_us = system_us(cluster.kill(owner));
+        let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
+            (i != owner
+                && e.name == "plugin.started"
+                && e.resource() == Some(HB)
+                && e.token() > Some(token)
+                && e.at_us > killed_us)
+                .then(|| e.clone())
+        })?;
+        let latency = (started.at_us - killed_us) as f64 / 1000.0;
+        let inherited = cluster.find_event(|_, e| {
+            (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
+                format!(
+                    " (new leader's base from {}, {} ms before its lease.inherited)",
+                    e.str("from").unwrap_or("?"),
+                    e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
+                )
+            })
+        });
+        println!(
+            "  trial {:2}: killed {} ({}) {:.0} ms after the first spawn, {} started after {latency:.1} ms{}",
+            trial + 1,
+            cluster.name(owner),
+            if was_leader { "leader" } else { "follower" },
+            (killed_us - spawned_us) as f64 / 1000.0,
+            started.node,
+            inherited.unwrap_or_default(),
+        );
+        all.push(latency);
+        if was_leader {
+            led.push(latency);
+        }
+    }
+    let load = load_average();
+    let target = format!("worst ≤ {:.0} ms", ttl_ms + 150.0);
+    let label = format!("early failover, TTL {ttl_ms:.0} ms");
+    let summary = Summary::of(all);
+    println!("{label}: {} (target {target})", summary.describe("ms", 1));
+    table.row(&label, &summary, "ms", 1, &target, &load);
+    if !led.is_empty() {
+        let label = format!("early failover, TTL {ttl_ms:.0} ms, the owner led");
+        let summary = Summary::of(led);
+        println!("{label}: {}", summary.describe("ms", 1));
+        table.row(&label, &summary, "ms", 1, "", &load);
+    }
     Ok(())
 }
 

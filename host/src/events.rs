@@ -85,7 +85,8 @@ pub const SESSION_OPENED: &str = "session.opened";
 /// The leader committed the expiry of a node's session: its slots are vacant.
 pub const SESSION_EXPIRED: &str = "session.expired";
 /// A new leader learned from a majority of voters where the session clocks of its term
-/// start (`term`, `base_ms_ago`): the lease handoff.
+/// start (`term`, `base_ms_ago`, and `from`: `answers` when every answer bounded the past,
+/// `election` when one could not and the clocks start at the election): the lease handoff.
 pub const LEASE_INHERITED: &str = "lease.inherited";
 /// This node's lease deadline passed, or the leader no longer knows its session: its
 /// plugins are stopped and a new session is opened.
@@ -111,6 +112,10 @@ pub const DEV_CERTS: &str = "node.dev_certs";
 pub const CLUSTER_WAITING: &str = "cluster.waiting";
 /// This node initialized the Raft group with the initial members (`members`).
 pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
+/// A fresh initial member other than the first waited to be reached before bootstrapping
+/// (`after_ms`): `leader` names the leader that reached it, or is absent when none did in
+/// time and it bootstraps itself.
+pub const CLUSTER_REACHED: &str = "cluster.reached";
 /// This node joined an existing cluster (`via`, `voter`).
 pub const CLUSTER_JOINED: &str = "cluster.joined";
 /// The leader changed the Raft membership: a learner added, promoted, or a member's

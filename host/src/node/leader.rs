@@ -197,15 +197,22 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
             handoff = Some((
                 term,
                 tokio::spawn(async move {
-                    if let Some(base) = super::handoff::inherit(shared, term).await {
+                    if let Some(inherited) = super::handoff::inherit(shared, term).await {
+                        let base = inherited.base;
+                        let ago = Duration::from_millis(base.elapsed().as_millis() as u64);
+                        let whence = match inherited.from {
+                            super::handoff::BaseFrom::Answers => "from the voters' answers",
+                            super::handoff::BaseFrom::Election => {
+                                "at this leader's election: a voter could not bound the past"
+                            }
+                        };
                         tracing::info!(
                             event = events::LEASE_INHERITED,
                             term,
-                            base_ms_ago = base.elapsed().as_millis() as u64,
-                            "the session clocks of term {term} start {} ago, learned from a majority of voters",
-                            humantime::format_duration(Duration::from_millis(
-                                base.elapsed().as_millis() as u64
-                            ))
+                            base_ms_ago = ago.as_millis() as u64,
+                            from = inherited.from.as_str(),
+                            "the session clocks of term {term} start {} ago, {whence}",
+                            humantime::format_duration(ago)
                         );
                         liveness.inherit(term, base);
                     }

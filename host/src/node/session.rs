@@ -220,13 +220,13 @@ pub async fn answer(
     }
     let received = Instant::now();
     let term = shared.control.term();
+    // Recorded for the handoff (after the renewal arrived), then a quorum round that
+    // starts after it: a quorum heard this leader after the renewal arrived.
     shared
         .control
-        .ensure_leadership()
+        .confirm_leadership(term)
         .await
         .map_err(|e| e.to_string())?;
-    // A quorum heard this leader after the renewal arrived: the handoff's record.
-    shared.control.confirmed_leadership(term);
     let current = shared.read(|c| {
         c.members
             .get(node)

@@ -8,43 +8,132 @@
 //! the answers is no earlier than a, and a session clock started there expires no
 //! session before its owner's deadline (`node/handoff.rs` has the whole argument).
 //!
-//! Recorded here: every AppendEntries this node accepted (any answer but "higher vote":
-//! a conflict still accepts the sender as leader of its term), and every quorum round
-//! this node confirmed as leader before acknowledging a renewal. Times are monotonic
-//! (`Instant`), so they mean nothing across a restart: a restarted node has heard no one,
-//! and the asker then takes the most cautious answer.
+//! Recorded here: every AppendEntries and every snapshot chunk this node handed to Raft
+//! (recorded once Raft has answered, whatever it answered: only the accepted ones matter,
+//! and a record made after Raft took a message is later than every message Raft took
+//! before it), and, on a leader, every quorum round it starts before acknowledging a
+//! renewal (recorded before the round starts, after the renewal arrived; a round Raft
+//! takes after this node adopted a higher term fails, so the record is in place before
+//! any answer that round could matter to). Times are monotonic (`Instant`), so they mean
+//! nothing across a restart.
+//!
+//! **The three answers** ([`Since`]), for a question from the leader of term t:
+//! - *Heard*: the latest record of a term below t. Records of older terms may have been
+//!   dropped ([`TERMS_KEPT`]); a kept one is still the latest, because this node took
+//!   every message of a dropped (lower) term before the one it kept, and records it
+//!   after Raft took it.
+//! - *Started*: no record of a term below t, and none of such a term dropped. Then this node
+//!   has heard no leader of a term below t since this record keeper was made, which is
+//!   before the node could take any Raft message: everything it heard before, it heard in
+//!   an earlier run, which ended before this one started. So "nothing since I started, e
+//!   ago" bounds the past as well as a record would: a voter of the old leader's last
+//!   quorum that answers so heard that leader before it started, and the answer's time is
+//!   no earlier than the hearing. Two conditions make it hold: (a) no record of a term
+//!   below t was dropped (a node that dropped one and kept none answers *Unknown*;
+//!   one that kept one answers *Heard*, as above), and (b) every
+//!   message Raft took is recorded before the node answers: a message is *in flight*
+//!   from before Raft sees it until its record is written ([`Heard::hearing`]), and an
+//!   answer first waits for every message in flight when it asked ([`Heard::settle`]).
+//!   A leader's own round is recorded before it starts, so it needs no such wait.
+//! - *Unknown*: a record of a term below t was dropped and none is kept; the asker takes
+//!   its receive time (the most cautious answer).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tokio::sync::{RwLock, RwLockReadGuard};
+
 /// Terms remembered; older ones are dropped (only the latest below an asker's term
 /// matters, and terms only grow).
 const TERMS_KEPT: usize = 8;
 
-#[derive(Default)]
+/// What this node can say about the past, for the leader of some term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Since {
+    /// A leader of a lower term was last heard this long ago.
+    Heard(Duration),
+    /// No leader of a lower term was heard since this node started, this long ago.
+    Started(Duration),
+    /// A record of a lower term was dropped: no bound.
+    Unknown,
+}
+
+impl Since {
+    /// The answer's elapsed time, as the wire carries it: `None` when there is no bound.
+    pub(crate) fn elapsed(self) -> Option<Duration> {
+        match self {
+            Since::Heard(e) | Since::Started(e) => Some(e),
+            Since::Unknown => None,
+        }
+    }
+}
+
 pub(crate) struct Heard {
+    records: Mutex<Records>,
+    /// When this record keeper was made: before the node could take a Raft message.
+    started: Instant,
+    /// Held shared by every message from before Raft sees it until it is recorded, and
+    /// taken exclusively by an answer (see the module doc, condition (b)). Tokio's lock
+    /// is fair: a waiting answer lets no later message in before it, so it cannot starve.
+    gate: RwLock<()>,
+}
+
+#[derive(Default)]
+struct Records {
     /// term → the latest time a leader of that term was heard (or this node led it).
-    last: Mutex<BTreeMap<u64, Instant>>,
+    last: BTreeMap<u64, Instant>,
+    /// The lowest term whose record was dropped (records go lowest first).
+    first_dropped: Option<u64>,
 }
 
 impl Heard {
-    /// Records that a leader of `term` was heard at `at`.
-    pub(crate) fn record(&self, term: u64, at: Instant) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = last.entry(term).or_insert(at);
-        *entry = (*entry).max(at);
-        while last.len() > TERMS_KEPT {
-            last.pop_first();
+    /// A record keeper of a node starting now.
+    pub(crate) fn new() -> Heard {
+        Heard::started_at(Instant::now())
+    }
+
+    /// A record keeper of a node that started at `started`.
+    pub(crate) fn started_at(started: Instant) -> Heard {
+        Heard {
+            records: Mutex::default(),
+            started,
+            gate: RwLock::new(()),
         }
     }
 
-    /// How long before `now` a leader of a term below `term` was last heard; `None` if
-    /// none was since this process started.
-    pub(crate) fn since_below(&self, term: u64, now: Instant) -> Option<Duration> {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let latest = last.range(..term).map(|(_, at)| *at).max()?;
-        Some(now.saturating_duration_since(latest))
+    /// Marks a hearing in flight: hold the guard from before Raft sees the message until
+    /// [`Heard::record`] ran.
+    pub(crate) async fn hearing(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().await
+    }
+
+    /// Waits until every hearing in flight now is recorded.
+    pub(crate) async fn settle(&self) {
+        drop(self.gate.write().await);
+    }
+
+    /// Records that a leader of `term` was heard at `at`.
+    pub(crate) fn record(&self, term: u64, at: Instant) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = records.last.entry(term).or_insert(at);
+        *entry = (*entry).max(at);
+        while records.last.len() > TERMS_KEPT {
+            if let Some((dropped, _)) = records.last.pop_first() {
+                records.first_dropped.get_or_insert(dropped);
+            }
+        }
+    }
+
+    /// What this node can say at `now` about leaders of terms below `term` (call
+    /// [`Heard::settle`] first).
+    pub(crate) fn since_below(&self, term: u64, now: Instant) -> Since {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        match records.last.range(..term).map(|(_, at)| *at).max() {
+            Some(latest) => Since::Heard(now.saturating_duration_since(latest)),
+            None if records.first_dropped.is_some_and(|d| d < term) => Since::Unknown,
+            None => Since::Started(now.saturating_duration_since(self.started)),
+        }
     }
 }
 
@@ -54,19 +143,77 @@ mod tests {
 
     #[test]
     fn only_older_terms_count_and_the_latest_of_them() {
-        let heard = Heard::default();
         let t0 = Instant::now();
+        let heard = Heard::started_at(t0);
         let ms = Duration::from_millis;
-        assert_eq!(heard.since_below(5, t0), None);
         heard.record(3, t0);
         heard.record(3, t0 + ms(100));
         heard.record(3, t0 + ms(50));
         heard.record(4, t0 + ms(30));
         // The new leader's own term (5) does not count against itself.
         heard.record(5, t0 + ms(400));
-        assert_eq!(heard.since_below(5, t0 + ms(500)), Some(ms(400)));
-        assert_eq!(heard.since_below(4, t0 + ms(500)), Some(ms(400)));
-        assert_eq!(heard.since_below(6, t0 + ms(500)), Some(ms(100)));
-        assert_eq!(heard.since_below(3, t0 + ms(500)), None);
+        assert_eq!(heard.since_below(5, t0 + ms(500)), Since::Heard(ms(400)));
+        assert_eq!(heard.since_below(4, t0 + ms(500)), Since::Heard(ms(400)));
+        assert_eq!(heard.since_below(6, t0 + ms(500)), Since::Heard(ms(100)));
+        // Nothing below term 3 was ever heard: the start bounds the past.
+        assert_eq!(heard.since_below(3, t0 + ms(500)), Since::Started(ms(500)));
+    }
+
+    #[test]
+    fn a_node_that_heard_no_one_answers_the_time_since_it_started() {
+        let t0 = Instant::now();
+        let heard = Heard::started_at(t0);
+        let ms = Duration::from_millis;
+        assert_eq!(
+            heard.since_below(7, t0 + ms(1200)),
+            Since::Started(ms(1200))
+        );
+        assert_eq!(
+            heard.since_below(7, t0 + ms(1200)).elapsed(),
+            Some(ms(1200))
+        );
+        // Its own term's records do not count.
+        heard.record(7, t0 + ms(1000));
+        assert_eq!(
+            heard.since_below(7, t0 + ms(1200)),
+            Since::Started(ms(1200))
+        );
+    }
+
+    #[test]
+    fn a_node_that_dropped_a_lower_term_has_no_bound_unless_it_kept_one() {
+        let t0 = Instant::now();
+        let heard = Heard::started_at(t0);
+        let ms = Duration::from_millis;
+        for term in 1..=(TERMS_KEPT as u64 + 2) {
+            heard.record(term, t0 + ms(term * 10));
+        }
+        // Terms 1 and 2 were dropped; 3.. are kept.
+        let now = t0 + ms(1000);
+        assert_eq!(heard.since_below(2, now), Since::Unknown);
+        assert_eq!(heard.since_below(3, now), Since::Unknown);
+        assert_eq!(heard.since_below(3, now).elapsed(), None);
+        assert_eq!(heard.since_below(4, now), Since::Heard(ms(970)));
+        // No term below 1 exists, so none was dropped: the start bounds it (vacuously).
+        assert_eq!(heard.since_below(1, now), Since::Started(ms(1000)));
+    }
+
+    #[tokio::test]
+    async fn an_answer_waits_for_a_hearing_in_flight() {
+        let heard = std::sync::Arc::new(Heard::new());
+        let guard = heard.hearing().await;
+        let settled = {
+            let heard = heard.clone();
+            tokio::spawn(async move { heard.settle().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!settled.is_finished(), "settled with a hearing in flight");
+        heard.record(1, Instant::now());
+        drop(guard);
+        settled.await.unwrap();
+        assert!(matches!(
+            heard.since_below(2, Instant::now()),
+            Since::Heard(_)
+        ));
     }
 }

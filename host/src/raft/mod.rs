@@ -22,7 +22,8 @@
 //! fallback service). The node binds its [`Rpc`] with that service, then hands the
 //! endpoint back with [`Control::attach`]. A node listed in the initial `peers` then
 //! calls [`Control::bootstrap`] with the same member set as every other initial node (it
-//! is a no-op on a node whose log is not fresh); a node added later calls
+//! is a no-op on a node whose log is not fresh, and any member but the first waits to be
+//! reached by a leader before forming it, `rejoin.rs`); a node added later calls
 //! [`Control::join`], which asks members in turn until the leader adds it as a learner.
 //! The leader promotes caught-up learners to voters while there are fewer than
 //! `voters` (default 3, at most 7). A single node is a one-voter cluster: the same path.
@@ -40,7 +41,8 @@
 //!
 //! What it deliberately does not do: remove members or demote voters (a dead voter stays
 //! a voter until an operator action exists), use PreVote (openraft 0.9 has none: a node
-//! returning from a partition may force one election; a *restarted* one does not, see
+//! returning from a partition may force one election; a *restarted* one does not, nor
+//! does a fresh initial member that starts after the others formed the cluster, see
 //! `rejoin.rs`), or decide anything about the
 //! cluster state.
 
@@ -397,7 +399,7 @@ impl Control {
             cluster,
             applied,
             appends: watch::Sender::new(0),
-            heard: heard::Heard::default(),
+            heard: heard::Heard::new(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
             forwards: forwards::Forwards::default(),
@@ -442,7 +444,9 @@ impl Control {
     /// Forms the cluster from `members` (name → address), if this node's log is fresh.
     /// Every initial member calls it with the same set; on a node that was already
     /// initialized (a restart, or a cluster formed by another member first) it does
-    /// nothing.
+    /// nothing. Only the member with the lowest node id forms it at once; any other first
+    /// waits up to `rejoin::HOLD` (2 s) for a leader to reach it, and then does nothing
+    /// (`rejoin.rs`).
     pub async fn bootstrap(&self, members: &BTreeMap<String, String>) -> Result<(), ControlError> {
         let shared = &self.shared;
         shared.attached()?;
@@ -480,6 +484,26 @@ impl Control {
             .map_err(|e| ControlError::Stopped(e.to_string()))?;
         if initialized {
             return Ok(());
+        }
+        // Only the first member campaigns at once; the others wait to be reached by the
+        // leader it elects, or by one that exists already (`rejoin.rs`).
+        if !rejoin::campaigns_first(shared.me, nodes.keys().copied()) {
+            let started = Instant::now();
+            if rejoin::reached(shared).await {
+                tracing::info!(
+                    event = crate::events::CLUSTER_REACHED,
+                    after_ms = started.elapsed().as_millis() as u64,
+                    leader = ?self.leader().map(|(name, _)| name),
+                    "a leader reached this node before it bootstrapped; joined its group without a campaign"
+                );
+                return Ok(());
+            }
+            tracing::info!(
+                event = crate::events::CLUSTER_REACHED,
+                after_ms = started.elapsed().as_millis() as u64,
+                "no leader reached this node in {:?}; it bootstraps and campaigns itself",
+                rejoin::HOLD
+            );
         }
         match shared.raft.initialize(nodes).await {
             Ok(()) => {
@@ -580,16 +604,27 @@ impl Control {
         self.shared.metrics.borrow().current_term
     }
 
-    /// Records that this node, as leader of `term`, has just confirmed its leadership
-    /// with a quorum (before acknowledging a renewal): it heard a leader then.
-    pub fn confirmed_leadership(&self, term: u64) {
+    /// [`Control::ensure_leadership`] for a renewal that arrived before this call,
+    /// recorded first as this node hearing a leader of `term`, itself (the handoff's
+    /// record, `heard.rs`): the record is made after the renewal arrived and before the
+    /// round that may acknowledge it starts, and a round that Raft takes after this node
+    /// adopted a higher term fails, so no answer this node gives in that term can miss a
+    /// round that acknowledged anything. A failed round leaves a record too, which only
+    /// makes later answers more cautious.
+    pub async fn confirm_leadership(&self, term: u64) -> Result<(), ControlError> {
         self.shared.heard.record(term, Instant::now());
+        self.ensure_leadership().await
     }
 
     /// How long ago this node last heard a leader of a term below `term` (accepted its
-    /// append, or was it and confirmed a quorum); `None` if it has not since it started.
-    pub fn since_leader_below(&self, term: u64) -> Option<Duration> {
-        self.shared.heard.since_below(term, Instant::now())
+    /// append or snapshot, or was it and started a quorum round), or, if it heard none since
+    /// it started and dropped no record of one, how long ago it started; `None` if it
+    /// cannot bound the past (`heard.rs`). Waits for the hearings in flight first.
+    pub async fn since_leader_below(&self, term: u64) -> Option<Duration> {
+        self.shared.heard.settle().await;
+        let since = self.shared.heard.since_below(term, Instant::now());
+        tracing::debug!(term, ?since, "lease handoff: answered");
+        since.elapsed()
     }
 
     /// Whether this node is the leader (as far as it knows: see

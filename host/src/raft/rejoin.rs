@@ -12,15 +12,35 @@
 //! So a node whose store already holds a group of several voters starts with elections
 //! off, and turns them on when the first AppendEntries arrives (a leader exists and has
 //! reached it) or after [`HOLD`] (there may be no leader at all: the whole cluster
-//! restarted). A fresh node (it bootstraps, which elects at once, or joins as a learner,
-//! which never campaigns) and a one-voter group elect as usual.
+//! restarted). A one-voter group elects as usual, and so does a node that joins (as a
+//! learner, which never campaigns).
+//!
+//! **Fresh initial members** (issue 30). Bootstrapping a group makes openraft campaign at
+//! once (`Raft::initialize` elects), and a member whose peers formed the cluster while it
+//! was not running yet campaigns into a cluster that has a leader: with a term-1 leader
+//! its vote (1, itself) outranks the leader's when its node id is higher (openraft 0.9
+//! orders votes of one term by node id), and every timed-out campaign after it raises the
+//! term, so the leader's next append to it meets a higher vote and the leader steps down.
+//! So of the initial members only one bootstraps at once: the one with the lowest node
+//! id ([`campaigns_first`]), whose term-1 vote is below every other member's. Every other
+//! fresh member first waits to be reached: a leader's first append brings it the
+//! membership, and then it has nothing to bootstrap and joins that leader without a
+//! campaign. It bootstraps itself only if no leader reached it within [`HOLD`] (the
+//! first member is down, or this one is cut off). A new cluster is not slowed: the first
+//! member campaigns as soon as it starts, a member waiting to be reached grants its vote
+//! (a node without a membership votes), and the first append ends the wait. Only a
+//! formation without the first member waits [`HOLD`] for its first election.
+//!
+//! What it does not do: keep the first member itself from campaigning while it is
+//! unreached (it is the one that must elect a new cluster, and cannot tell the two
+//! cases apart without PreVote), or hold a member that bootstrapped after [`HOLD`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Shared;
+use super::{NodeId, Shared};
 
 /// The longest a restarted voter holds its elections: long enough for the leader's probe
 /// of the dead peer that was in flight when it came back (a dial, at most 1 s), the
@@ -57,4 +77,33 @@ pub(super) async fn release(shared: Arc<Shared>, mut stopped: watch::Receiver<bo
         }
     );
     shared.raft.runtime_config().elect(true);
+}
+
+/// Whether this node is the initial member that bootstraps at once: the lowest node id of
+/// `members` (this node among them).
+pub(super) fn campaigns_first(me: NodeId, members: impl IntoIterator<Item = NodeId>) -> bool {
+    members.into_iter().min().is_none_or(|first| first == me)
+}
+
+/// Waits until a leader has brought this fresh node a membership, or [`HOLD`]; whether
+/// one did.
+pub(super) async fn reached(shared: &Shared) -> bool {
+    let mut metrics = shared.metrics.clone();
+    let has_members =
+        |m: &super::Metrics| m.membership_config.membership().nodes().next().is_some();
+    tokio::time::timeout(HOLD, metrics.wait_for(has_members))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_node_id_campaigns_first() {
+        assert!(campaigns_first(3, [7, 3, 9]));
+        assert!(!campaigns_first(7, [7, 3, 9]));
+        assert!(campaigns_first(7, [7]));
+    }
 }

@@ -22,6 +22,7 @@
 //! request was not acted on. Every kind this module does not own goes to the fallback
 //! service the node provided (its sessions and other kinds, `kinds::NODE_KINDS`).
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -85,11 +86,14 @@ impl Shared {
                 self.check_voter(from, "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
                 let term = request.vote.leader_id().get_term();
+                // In flight from before Raft sees it until recorded (`heard.rs`).
+                let hearing = self.heard.hearing().await;
                 let answer = self.raft.append_entries(request).await.map_err(fatal);
                 // Accepted as leader of its term (a conflict too): heard, for the handoff.
                 if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
                     self.heard.record(term, std::time::Instant::now());
                 }
+                drop(hearing);
                 encode(&answer)
             }
             VOTE => {
@@ -105,7 +109,17 @@ impl Shared {
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
                 refuse_while_forming(self)?;
                 self.check_voter(from, "snapshot chunk")?;
+                let vote = request.vote;
+                let hearing = self.heard.hearing().await;
                 let answer = self.raft.install_snapshot(request).await;
+                // Taken from the leader of its term (its vote is at least this node's):
+                // heard, for the handoff, as an append is.
+                if matches!(&answer, Ok(a) if a.vote.partial_cmp(&vote) != Some(Ordering::Greater))
+                {
+                    self.heard
+                        .record(vote.leader_id().get_term(), std::time::Instant::now());
+                }
+                drop(hearing);
                 encode(&answer)
             }
             PROPOSE => {

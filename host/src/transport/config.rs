@@ -33,6 +33,8 @@ pub struct TransportConfig {
     /// and when a peer dials us (default 1 s: a handshake takes a few round trips). A dial
     /// to an unbound UDP port gets no answer at all, so this is what makes a dead peer fail
     /// fast, and it bounds how long a peer that restarts mid-dial waits to be reached.
+    /// It also sets the RTT assumed before one is measured, a sixteenth of it, so that a
+    /// lost first handshake packet is resent well inside it (`tls.rs`, `initial_rtt`).
     pub dial_timeout: Duration,
     /// Time an incoming stream has to deliver its whole request (default 5 s); a slower
     /// stream is closed and counted.

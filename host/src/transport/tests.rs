@@ -840,6 +840,49 @@ async fn a_stopped_peer_fails_fast_and_is_dialed_again_when_it_returns() {
     assert!(n1.connected_to("n2"));
 }
 
+/// A dial that races the peer's bind lands within the dial timeout: its first Initial,
+/// sent to a port nobody holds yet, is lost, and the resend must come well before the
+/// timeout (issue 30: at quinn's default initial RTT of 333 ms it came after about 1 s,
+/// just as a 1 s dial gave up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dial_that_races_the_peer_s_bind_lands() {
+    init_logs();
+    let certs = Certs::new();
+    let settings = TransportConfig {
+        dial_timeout: Duration::from_secs(1),
+        ..config()
+    };
+    let n1 = Node::start_with("n1", certs.node("n1"), settings.clone()).await;
+    // A port that is free now; n2 binds it only after n1 has sent its first Initial.
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dial = {
+        let transport = n1.transport.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = transport.request("n2", addr, b"hi".to_vec()).await;
+            (result, started.elapsed())
+        })
+    };
+    // The scenario, not a wait for a condition: the peer starts 100 ms after the dial.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let n2 = Node::start_with(
+        "n2",
+        certs.node("n2"),
+        TransportConfig {
+            listen: addr,
+            ..settings
+        },
+    )
+    .await;
+    let (result, took) = dial.await.unwrap();
+    println!("a dial that raced the peer's bind: {result:?} after {took:?}");
+    assert_eq!(result.unwrap(), b"hi", "the dial did not land");
+    n1.assert_serves(&n2).await;
+}
+
 /// A peer that crashes (no close sent) and comes back on the same port with the same
 /// reset key resets our connection to its previous run at our next packet, so we redial
 /// at once instead of sending into a dead connection until the idle timeout.
