@@ -66,11 +66,20 @@ fn a_node_whose_store_fills_up_stops_its_plugins_and_exits_and_its_slots_move() 
 
     // The disk fills up: every later write of n1's store fails.
     let fill = cluster.node(0).data_dir().join("fill");
-    let chunk = vec![0u8; 1 << 20];
     let mut file = std::fs::File::create(&fill).unwrap();
-    while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+    for size in [1 << 20, 1 << 12, 1] {
+        let chunk = vec![0u8; size];
+        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+    }
     drop(file);
     eprintln!("[test] n1's data dir is full");
+    // Big saves make every store grow at once (redb reuses its freed pages, so small
+    // entries alone may take minutes to need a new one).
+    cluster.install_plugin_everywhere(
+        "save-big",
+        &format!("[limits]\n{FAST_LIMITS}"),
+        &plugins().misbehave_bytes(),
+    );
 
     let (status, stderr) = cluster.wait_refused(0);
     assert!(!status.success(), "n1 exited cleanly with a failed store");
@@ -78,6 +87,7 @@ fn a_node_whose_store_fills_up_stops_its_plugins_and_exits_and_its_slots_move() 
         stderr.contains("Raft has stopped"),
         "the cause is not in n1's stderr: {stderr}"
     );
+    eprintln!("[test] n1 said: {stderr}");
     let failed = cluster.events_of(0);
     assert!(failed.iter().any(|e| is("node.failed").matches(e)));
     cluster.wait("the counter runs on another node", WAIT, |c| {
@@ -87,4 +97,23 @@ fn a_node_whose_store_fills_up_stops_its_plugins_and_exits_and_its_slots_move() 
             .then_some(())
     });
     assert_safe(&cluster.merged(), "counter", 1);
+}
+
+#[test]
+fn a_data_dir_on_a_nearly_full_disk_is_refused_at_start_with_the_free_space() {
+    let mut node = Node::new("full");
+    let Some(_tmpfs) = Tmpfs::mount(&node.data_dir(), "8m") else {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    };
+    node.spawn();
+    let status = node.wait_exit(WAIT);
+    assert!(!status.success(), "the node started with 8 MiB free");
+    let stderr = node.stderr();
+    assert!(
+        stderr.contains("has 8 MiB free, less than the 16 MiB"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(node.data_dir()).unwrap().collect();
+    assert!(left.is_empty(), "the refused node wrote {left:?}");
 }

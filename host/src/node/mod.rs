@@ -123,6 +123,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     preflight::tls_usable(config.tls.as_ref(), &config.name)?;
     preflight::data_dir_free(&config.data_dir)?;
     preflight::store_format(&config.data_dir)?;
+    preflight::disk_space(&config.data_dir)?;
     if let Some(tls) = &config.tls {
         datadir::warn_if_key_readable(&tls.key);
     }

@@ -35,6 +35,14 @@ pub enum Refused {
     },
     #[error(transparent)]
     StoreFormat(#[from] crate::raft::FormatError),
+    #[error(
+        "the file system of the data dir {path} has {free_mib} MiB free, less than the {need_mib} MiB a node needs to keep its Raft store growing: free some space there, or give the node a data dir on another file system"
+    )]
+    DiskFull {
+        path: PathBuf,
+        free_mib: u64,
+        need_mib: u64,
+    },
     #[error("cannot load the TLS files: {0}")]
     Tls(crate::pki::PkiError),
     #[error(
@@ -58,6 +66,41 @@ pub enum Refused {
         carries: String,
         name: String,
     },
+}
+
+/// The free space a node needs at start. Below it, the next Raft appends would soon fail,
+/// and a node whose store fails stops (`Control::failed`): better to say so before it
+/// takes any slot.
+pub const MIN_FREE_MIB: u64 = 16;
+
+/// Refuses a data dir on a file system with less than [`MIN_FREE_MIB`] free (measured at
+/// the data dir, or its nearest existing parent for a data dir not yet made).
+pub fn disk_space(data_dir: &Path) -> Result<(), Refused> {
+    let mut at = data_dir;
+    while !at.exists() {
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => return Ok(()),
+        }
+    }
+    let Ok(path) = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()) else {
+        return Ok(());
+    };
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a valid out-parameter.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        // Not knowing the free space is no reason to refuse a start.
+        return Ok(());
+    }
+    let free_mib = (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64) >> 20;
+    if free_mib < MIN_FREE_MIB {
+        return Err(Refused::DiskFull {
+            path: data_dir.to_path_buf(),
+            free_mib,
+            need_mib: MIN_FREE_MIB,
+        });
+    }
+    Ok(())
 }
 
 /// Refuses a data dir whose Raft store this build cannot read (a newer format), reading

@@ -66,6 +66,7 @@ impl Guest for Misbehave {
             r if r.starts_with("read-back") => read_back(),
             r if r.starts_with("tcp-hold") => tcp_hold(token),
             "save-huge" => save_huge(),
+            "save-big" => save_big(),
             other => Err(format!("misbehave: unknown behaviour {other}")),
         }
     }
@@ -116,6 +117,23 @@ fn read_back() -> Result<(), String> {
             info(&format!("read back n={n}"));
         }
         if host::sleep(20) == Wake::StopRequested {
+            return Ok(());
+        }
+    }
+}
+
+/// Saves a 60 KiB blob (just under the 64 KiB limit) as often as the host lets it, so that
+/// every node's Raft store grows by about a megabyte a second: a store on a small file
+/// system fills up (`tests/store_failure.rs`). Returns when asked to stop, or with the
+/// save's error.
+fn save_big() -> Result<(), String> {
+    let mut blob = vec![0u8; 60 << 10];
+    let mut n: u64 = 0;
+    loop {
+        n += 1;
+        blob[..8].copy_from_slice(&n.to_le_bytes());
+        tenure::plugin::state::save(&blob).map_err(|e| format!("save: {e:?}"))?;
+        if host::sleep(10) == Wake::StopRequested {
             return Ok(());
         }
     }
