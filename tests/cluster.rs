@@ -39,15 +39,6 @@ fn cleanup_of<'a>(events: &'a [Value], resource: &str, t: u64) -> &'a Value {
         .unwrap_or_else(|| panic!("no plugin.cleanup for {resource} token {t}"))
 }
 
-/// The counter's counts in a log, in order.
-fn counts(events: &[Value]) -> Vec<u64> {
-    events
-        .iter()
-        .filter(|e| log_starting("counter", "count=")(e))
-        .filter_map(count_of)
-        .collect()
-}
-
 /// Slot → owner of `resource` in a `tenure status --json` answer.
 fn status_owners(status: &Value, resource: &str) -> BTreeMap<u64, String> {
     let Some(resources) = status["resources"].as_array() else {

@@ -9,17 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::Value;
 use support::*;
-
-/// The counter's counts in a merged log, in time order.
-fn counts(events: &[Value]) -> Vec<u64> {
-    events
-        .iter()
-        .filter(|e| log_starting("counter", "count=")(e))
-        .filter_map(count_of)
-        .collect()
-}
 
 fn assert_increasing(counts: &[u64]) {
     for pair in counts.windows(2) {

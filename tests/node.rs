@@ -7,14 +7,6 @@ mod support;
 use serde_json::Value;
 use support::*;
 
-fn counts(events: &[Value]) -> Vec<u64> {
-    events
-        .iter()
-        .filter(|e| log_starting("counter", "count=")(e))
-        .filter_map(count_of)
-        .collect()
-}
-
 #[test]
 fn state_survives_a_restart() {
     let mut node = Node::new("state");

@@ -996,6 +996,15 @@ pub fn count_of(event: &Value) -> Option<u64> {
         .ok()
 }
 
+/// The counter's counts in a log (a node's, or a merged one), in order.
+pub fn counts(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|e| log_starting("counter", "count=")(e))
+        .filter_map(count_of)
+        .collect()
+}
+
 /// The event's `message`, or "".
 pub fn message(event: &Value) -> &str {
     event["message"].as_str().unwrap_or("")

@@ -348,7 +348,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             "some plugins did not stop within the shutdown bound; exiting anyway"
         );
     }
-    end_session(&shared).await;
+    // Ending the session vacates its slots at once: only once every plugin has stopped.
+    // Otherwise the session expires by the ordinary rule, after the engine's deadline.
+    if drained.is_ok() {
+        end_session(&shared).await;
+    }
     stop_tx.send_replace(true);
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = session.await;

@@ -29,8 +29,9 @@
 //!
 //! What this module deliberately does not do: version the node's other files (the compile
 //! cache is keyed by the engine and re-made at will; the incarnation and reset-key files
-//! are plain values), or convert a store to an older format (a downgrade is a restore of
-//! the file set aside, see the README's version policy).
+//! are plain values), or convert a store to an older format: putting back the copy set aside
+//! would roll a voter's log and votes back, so it is for a disaster only (README,
+//! "Upgrading").
 
 use std::fs;
 use std::io::{self, Write};
@@ -99,7 +100,7 @@ impl Found {
 pub enum FormatError {
     /// The store was written by a newer build.
     #[error(
-        "the Raft store {} is in format {found} (written by {writer}), newer than this build ({this}) can read (formats {oldest} to {newest}); nothing was changed: run the newer build on this data dir, or restore the copy a newer build set aside when it migrated (raft.redb.format-{newest})",
+        "the Raft store {} is in format {found} (written by {writer}), newer than this build ({this}) can read (formats {oldest} to {newest}); nothing was changed: run that build (or a newer one) on this data dir; a store is never taken back to an older format (the README's \"Upgrading\" says why)",
         path.display(), this = self::writer(), oldest = FORMATS[0].0, newest = STORE_FORMAT
     )]
     Newer {

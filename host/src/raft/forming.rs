@@ -15,14 +15,21 @@
 //!   in this cluster before: every node registers itself with a committed `Join` when it
 //!   starts), this node forgot: it refuses to start, saying what happened and what to do
 //!   (remove the old member, then start it with `join`). It never answers as that member.
-//! - With `peers` (the initial members): once **every** peer has answered, none knows the
-//!   node as a member, and every peer that already formed the cluster lists it among the
-//!   initial voters, it forms the cluster (openraft's initialize with the same set as
-//!   every other initial member). A peer that formed a cluster without this node means it
-//!   is not an initial member of that cluster: it is told to use `join`. While a peer does
-//!   not answer, it waits: it never forms a cluster on its own word.
-//! - With `join`: once one member has answered and none knows it, it asks to join; the
-//!   leader adds it as a learner and replicates to it.
+//! - With `peers` (the initial members): once a **majority** of the initial members (this
+//!   node counted) have answered, none knows the node as a member, and every peer that
+//!   already formed the cluster lists it among the initial voters, it forms the cluster
+//!   (openraft's initialize with the same set as every other initial member). A peer that
+//!   formed a cluster without this node means it is not an initial member of that cluster:
+//!   it is told to use `join`. Without a majority of answers it waits: it never forms a
+//!   cluster on its own word. Why a majority is enough: the `Join` that registered this
+//!   node was committed by a majority, and any majority that answers contains one of its
+//!   nodes; a majority is also what forming needs anyway (an initial member that is down
+//!   does not hold the others back, as with etcd's initial cluster).
+//! - With `join`: once one member of a formed cluster has answered and none knows it (in
+//!   the replicated members, or in the Raft membership: a member whose removal did not
+//!   reach the Raft membership is still its old self), it asks to join; the leader adds it
+//!   as a learner and replicates to it. Answers of nodes that have not formed a cluster
+//!   themselves do not count: they cannot know it.
 //!
 //! A node whose store is not new (a restart) skips all this: its vote and log are on disk.
 //!
@@ -114,8 +121,10 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
     let knows_me: Vec<String> = answers
         .iter()
         .filter(|(_, a)| {
-            a.as_ref()
-                .is_some_and(|a| a.members.iter().any(|m| m == me))
+            a.as_ref().is_some_and(|a| {
+                a.members.iter().any(|m| m == me)
+                    || (joining && a.formed && a.raft_members.iter().any(|m| m == me))
+            })
         })
         .map(|(name, _)| name.clone())
         .collect();
@@ -128,7 +137,10 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
         .map(|(name, _)| name.clone())
         .collect();
     if joining {
-        return if silent.len() < answers.len() {
+        let formed = answers
+            .iter()
+            .any(|(_, a)| a.as_ref().is_some_and(|a| a.formed));
+        return if formed {
             Verdict::Go
         } else {
             Verdict::Wait(silent)
@@ -145,7 +157,9 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
     if !without_me.is_empty() {
         return Verdict::NotInitial { by: without_me };
     }
-    if silent.is_empty() {
+    // A majority of the initial members, this node one of them.
+    let (answered, members) = (answers.len() - silent.len() + 1, answers.len() + 1);
+    if answered * 2 > members {
         Verdict::Go
     } else {
         Verdict::Wait(silent)
@@ -245,10 +259,22 @@ mod tests {
     }
 
     #[test]
-    fn initial_members_form_only_once_every_peer_answered() {
+    fn initial_members_form_only_once_a_majority_answered() {
         let fresh = info(false, &[], &[]);
+        let a = answers(vec![("n1", None), ("n3", None)]);
+        assert_eq!(
+            verdict("n2", false, &a),
+            Verdict::Wait(vec!["n1".into(), "n3".into()])
+        );
         let a = answers(vec![("n1", fresh.clone()), ("n3", None)]);
-        assert_eq!(verdict("n2", false, &a), Verdict::Wait(vec!["n3".into()]));
+        assert_eq!(verdict("n2", false, &a), Verdict::Go);
+        let five = answers(vec![
+            ("n1", fresh.clone()),
+            ("n3", None),
+            ("n4", None),
+            ("n5", None),
+        ]);
+        assert!(matches!(verdict("n2", false, &five), Verdict::Wait(_)));
         let a = answers(vec![("n1", fresh.clone()), ("n3", fresh)]);
         assert_eq!(verdict("n2", false, &a), Verdict::Go);
         // A peer that formed first, with this node among its initial voters, before this
@@ -271,9 +297,15 @@ mod tests {
     }
 
     #[test]
-    fn a_joining_node_needs_one_answer() {
+    fn a_joining_node_needs_one_answer_of_a_formed_cluster() {
         let a = answers(vec![("n1", None), ("n3", None)]);
         assert!(matches!(verdict("n4", true, &a), Verdict::Wait(_)));
+        // A node that is itself forming cannot know this one.
+        let a = answers(vec![("n1", info(false, &[], &[])), ("n3", None)]);
+        assert!(matches!(verdict("n4", true, &a), Verdict::Wait(_)));
+        // Still in the Raft membership (its removal did not reach it): its old self.
+        let a = answers(vec![("n1", info(true, &["n1", "n3", "n4"], &["n1", "n3"]))]);
+        assert!(matches!(verdict("n4", true, &a), Verdict::Forgot { .. }));
         let a = answers(vec![
             ("n1", None),
             ("n3", info(true, &["n1", "n3"], &["n1", "n3"])),

@@ -638,8 +638,10 @@ impl Control {
         self.shared.metrics.clone()
     }
 
-    /// Resolves when Raft has stopped on a fatal error (its store failed, for instance
-    /// a full disk), with the cause; never while Raft runs, nor after [`Control::shutdown`].
+    /// Resolves when Raft has stopped on its own: on a fatal error (its store failed, for
+    /// instance a full disk), with the cause, or when its core ended (a panic in it drops
+    /// the metrics). Never while Raft runs; [`Control::shutdown`] resolves it too, so it is
+    /// for a node that has not asked Raft to stop.
     /// A node whose replica is frozen must not go on owning slots (`node/mod.rs`).
     pub async fn failed(&self) -> String {
         let mut metrics = self.shared.metrics.clone();
@@ -648,7 +650,7 @@ impl Control {
                 return fatal.to_string();
             }
             if metrics.changed().await.is_err() {
-                return std::future::pending().await;
+                return "the Raft core ended".into();
             }
         }
     }
