@@ -323,3 +323,26 @@ fn children(parent: u32) -> Vec<(u32, String)> {
     }
     found
 }
+
+/// A refused start says each cause once, in words (issue 28): a missing config file named
+/// with the system's reason a single time, a lease outside its bounds as a range people read.
+#[test]
+fn a_refused_start_says_each_cause_once_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tenure(&["run", "--config", "missing.toml"], dir.path());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "the cause is said more than once: {stderr}"
+    );
+    std::fs::write(dir.path().join("short.toml"), "[lease]\nttl = \"100ms\"\n").unwrap();
+    let out = tenure(&["run", "--config", "short.toml"], dir.path());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lease.ttl: 100ms is not from 300ms to 1m"),
+        "{stderr}"
+    );
+}

@@ -19,6 +19,24 @@ use crate::config::{Config, Overrides};
 use crate::pki;
 use crate::runtime::{self, Runtime};
 
+/// An error and its causes for people, joined by ": ", each cause said once: most of our
+/// errors already name their source in their own message (`cannot read the config file
+/// F: No such file or directory`), and anyhow's chain would repeat it.
+pub fn describe_error(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
 /// Tenure: a WebAssembly plugin host for owned tasks.
 #[derive(Debug, Parser)]
 #[command(name = "tenure", version, long_version = crate::version::long(), about)]

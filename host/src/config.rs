@@ -225,7 +225,7 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "lease.ttl",
                 message: format!(
-                    "{} is outside {}..={}",
+                    "{} is not from {} to {}",
                     humantime::format_duration(config.ttl),
                     humantime::format_duration(LeaseTiming::MIN_TTL),
                     humantime::format_duration(LeaseTiming::MAX_TTL)

@@ -20,7 +20,7 @@ fn main() {
         Command::Compile { out } => std::process::exit(tenure::runtime::compile_child(&out)),
     };
     if let Err(err) = result {
-        eprintln!("tenure: {err:#}");
+        eprintln!("tenure: {}", tenure::cli::describe_error(&err));
         std::process::exit(1);
     }
 }
