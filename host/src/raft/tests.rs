@@ -686,13 +686,18 @@ fn an_unreachable_peer_does_not_flood_the_log() {
         raw.0.lock().unwrap().clear();
         filtered.0.lock().unwrap().clear();
         group.stop(&dead).await;
-        for i in 0..40 {
+        // At least 40 proposals, and on until openraft has logged its flood (how many
+        // lines a proposal costs depends on the machine's speed), within a bound.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut i = 0;
+        while i < 40 || (raw.0.lock().unwrap().len() < 40 && std::time::Instant::now() < deadline) {
             let answer = group
                 .control(&leader)
                 .propose(join_command(&format!("x{i}")))
                 .await;
             assert_eq!(answer, Ok(Response::Done));
             group.control(&leader).ensure_leadership().await.unwrap();
+            i += 1;
         }
         group.shutdown().await;
     });
