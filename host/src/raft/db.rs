@@ -108,7 +108,7 @@ pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
             from,
             to = format::STORE_FORMAT,
             backup = %backup.display(),
-            "migrated the Raft store {} from format {from} to format {}; the store as it was is kept at {} (to go back to the earlier build, stop the node and put it back; delete it once this build runs well)",
+            "migrated the Raft store {} from format {from} to format {}; the store as it was is kept at {} for a disaster only (putting it back rolls this voter's log and votes back; see the README's \"Upgrading\"); delete it once this build runs well",
             path.display(),
             format::STORE_FORMAT,
             backup.display(),

@@ -46,7 +46,6 @@ use serde::{Deserialize, Serialize};
 use super::Shared;
 use super::error::ControlError;
 use super::kinds::STORE_INFO;
-use crate::cluster::Cluster;
 
 /// How often a node waiting for its peers asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(250);
@@ -89,7 +88,7 @@ impl Shared {
         };
         let members = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
-            members_of(&cluster)
+            cluster.members.keys().cloned().collect()
         };
         StoreInfo {
             formed: !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst),
@@ -97,10 +96,6 @@ impl Shared {
             members,
         }
     }
-}
-
-fn members_of(cluster: &Cluster) -> Vec<String> {
-    cluster.members.keys().cloned().collect()
 }
 
 /// What the answers say this node may do.
@@ -137,13 +132,16 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
         .map(|(name, _)| name.clone())
         .collect();
     if joining {
-        let formed = answers
+        // Waiting for a member of a formed cluster: every node that is not one.
+        let unformed: Vec<String> = answers
             .iter()
-            .any(|(_, a)| a.as_ref().is_some_and(|a| a.formed));
-        return if formed {
+            .filter(|(_, a)| !a.as_ref().is_some_and(|a| a.formed))
+            .map(|(name, _)| name.clone())
+            .collect();
+        return if unformed.len() < answers.len() {
             Verdict::Go
         } else {
-            Verdict::Wait(silent)
+            Verdict::Wait(unformed)
         };
     }
     let without_me: Vec<String> = answers

@@ -9,18 +9,21 @@
 //! Tenure; the decisions (what to propose) are the node's.
 //!
 //! **Pieces** (one file each): `types.rs` (the type configuration, [`node_id`]),
-//! `db.rs` (the `raft.redb` file), `log_store.rs` (log and vote, fsynced before they are
+//! `db.rs` (the `raft.redb` file), `format.rs` (its format record, and the migration of
+//! an older store), `log_store.rs` (log and vote, fsynced before they are
 //! acknowledged), `state_machine.rs` (the applied `Cluster` and snapshots), `network.rs`
 //! and `link.rs` (Raft messages over signed calls; unreachable peers are gated and backed
 //! off), `kinds.rs` (message kinds), `service.rs` (answering them), `propose.rs`
 //! (forwarding commands to the leader), `membership.rs` (joining, promotion),
 //! `rejoin.rs` (a restarted voter holds its elections until a leader reaches it),
-//! `error.rs`.
+//! `forming.rs` (a node with a new store takes no part in Raft until the nodes it was
+//! given answer that it is not a member that forgot), `error.rs`.
 //!
 //! **Lifecycle.** [`Control::open`] opens the store and starts Raft, and returns the
 //! [`Service`] that answers the control plane's message kinds (others go to the node's
 //! fallback service). The node binds its [`Rpc`] with that service, then hands the
-//! endpoint back with [`Control::attach`]. A node listed in the initial `peers` then
+//! endpoint back with [`Control::attach`]. A node whose store was new first asks the nodes
+//! it was given (`forming.rs`) inside `bootstrap` or `join`. A node listed in the initial `peers` then
 //! calls [`Control::bootstrap`] with the same member set as every other initial node (it
 //! is a no-op on a node whose log is not fresh, and any member but the first waits to be
 //! reached by a leader before forming it, `rejoin.rs`); a node added later calls
@@ -93,7 +96,6 @@ pub use error::{ControlError, ProposeError};
 pub use format::{
     FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
 };
-pub use forming::StoreInfo;
 pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
     STORE_INFO, VOTE,
