@@ -65,6 +65,7 @@ pub fn command_for(
             key,
             certificate,
             node,
+            ..
         } => Ok(Command::Revoke {
             key: parse_fingerprint(key)?,
             certificate: certificate.as_deref().map(parse_fingerprint).transpose()?,

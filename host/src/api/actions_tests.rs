@@ -192,6 +192,7 @@ fn release_drain_undrain_and_revoke() {
             key: upper.clone(),
             certificate: Some(upper),
             node: Some("c".into()),
+            force: false,
         },
         &w.cluster,
         NOW,
@@ -211,6 +212,7 @@ fn release_drain_undrain_and_revoke() {
         key: format!("sha256:{}", "cd".repeat(32)),
         certificate: None,
         node: Some("q".into()),
+        force: false,
     };
     assert!(matches!(
         command_for(&gone, &w.cluster, NOW),

@@ -81,11 +81,13 @@ pub enum AdminRequest {
     /// Refuse the key with this fingerprint (`sha256:<hex>` of its SubjectPublicKeyInfo)
     /// everywhere, for good, whatever certificate carries it. `certificate` (its
     /// fingerprint) and `node` are what the operator named, when they named a certificate
-    /// file: that node is removed from the cluster too.
+    /// file: that node leaves the Raft membership too, unless it uses another key now.
+    /// A key given alone must be one a member or an operator presented, unless `force`.
     Revoke {
         key: String,
         certificate: Option<String>,
         node: Option<String>,
+        force: bool,
     },
     /// Remove node `node` from the cluster (its session, its slots, its Raft seat): for a
     /// member that is gone for good.
@@ -254,7 +256,13 @@ impl fmt::Display for AdminRequest {
             AdminRequest::Release { resource, slot: n } => {
                 write!(f, "release {}", slot(resource, n))
             }
-            AdminRequest::Revoke { key, .. } => write!(f, "revoke --fingerprint {key}"),
+            AdminRequest::Revoke { key, force, .. } => {
+                write!(f, "revoke --fingerprint {key}")?;
+                if *force {
+                    f.write_str(" --force")?;
+                }
+                Ok(())
+            }
             AdminRequest::Remove { node } => write!(f, "remove {node}"),
             AdminRequest::StatusPage(query) => {
                 f.write_str("status")?;

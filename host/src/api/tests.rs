@@ -466,6 +466,7 @@ fn requests_round_trip_and_print_as_commands() {
                 key: "sha256:00".into(),
                 certificate: None,
                 node: None,
+                force: false,
             },
             "revoke --fingerprint sha256:00",
         ),

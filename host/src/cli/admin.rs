@@ -96,6 +96,11 @@ pub enum AdminCommand {
         /// connection's `--cert` already uses.)
         #[arg(id = "certificate", value_name = "CERT.pem")]
         certificate: Option<PathBuf>,
+        /// Revoke the fingerprint even if no member or operator presented a certificate
+        /// with that key (a key that was never used, or one used before every node last
+        /// started).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         conn: Connection,
     },
@@ -328,6 +333,7 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
         AdminCommand::Revoke {
             fingerprint,
             certificate,
+            force,
             conn,
         } => {
             let request = match (fingerprint, certificate) {
@@ -335,8 +341,9 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
                     key: parse_fingerprint(&text).map_err(anyhow::Error::msg)?,
                     certificate: None,
                     node: None,
+                    force,
                 },
-                (None, Some(path)) => revocation_of(&path)?,
+                (None, Some(path)) => revocation_of(&path, force)?,
                 _ => anyhow::bail!("give either --fingerprint or a certificate file, not both"),
             };
             (request, conn, false)
@@ -350,7 +357,7 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
 
 /// The revocation of the key of the first certificate in a PEM file, with the
 /// certificate's fingerprint and its node; says whose it is on stderr.
-fn revocation_of(path: &PathBuf) -> anyhow::Result<AdminRequest> {
+fn revocation_of(path: &PathBuf, force: bool) -> anyhow::Result<AdminRequest> {
     let der = CertificateDer::from_pem_file(path)
         .with_context(|| format!("cannot read a PEM certificate from {}", path.display()))?;
     let key = pki::key_fingerprint(&der)?;
@@ -367,6 +374,7 @@ fn revocation_of(path: &PathBuf) -> anyhow::Result<AdminRequest> {
         key,
         certificate: Some(certificate),
         node,
+        force,
     })
 }
 
@@ -432,9 +440,19 @@ mod tests {
         assert_eq!(
             request(&["revoke", "--fingerprint", &fp]),
             AdminRequest::Revoke {
+                key: fp.clone(),
+                certificate: None,
+                node: None,
+                force: false,
+            }
+        );
+        assert_eq!(
+            request(&["revoke", "--fingerprint", &fp, "--force"]),
+            AdminRequest::Revoke {
                 key: fp,
                 certificate: None,
-                node: None
+                node: None,
+                force: true,
             }
         );
         assert_eq!(
@@ -542,6 +560,7 @@ mod tests {
                 key: pki::key_fingerprint(&der).unwrap(),
                 certificate: Some(crate::transport::tests::fingerprint_of(&files.cert)),
                 node: Some("n1".into()),
+                force: false,
             }
         );
         assert!(parse(&["revoke", path, "--fingerprint", "sha256:00"]).is_err());

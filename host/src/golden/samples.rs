@@ -343,6 +343,7 @@ fn admin_values() -> AdminValues {
                 key: digest('9'),
                 certificate: Some(digest('8')),
                 node: Some("n4".into()),
+                force: false,
             },
         ),
         ("remove", AdminRequest::Remove { node: "n2".into() }),

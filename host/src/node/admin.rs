@@ -50,11 +50,21 @@ impl Admin for NodeAdmin {
             if !shared.control.is_leader() {
                 return leader_or_wait(shared.control.leader());
             }
-            tracing::info!(event = events::ADMIN_REQUEST, operator = %operator, request = ?request, "operator request");
-            let leaving = match &command {
-                Command::Revoke { node, .. } => node.clone(),
-                Command::Remove { node, .. } => Some(node.clone()),
-                _ => None,
+            tracing::info!(event = events::ADMIN_REQUEST, operator = %operator, request = %request, "operator request");
+            let (command, message, leaving) = match &command {
+                Command::Revoke { .. } => {
+                    let vetted = super::revocations::vet(&shared, &request, command)?;
+                    let mut message = shared.read(|c| crate::api::describe(&vetted.command, c));
+                    if let Some(note) = vetted.note {
+                        message = format!("{message}; {note}");
+                    }
+                    (vetted.command, message, vetted.leaving)
+                }
+                Command::Remove { node, .. } => {
+                    let node = node.clone();
+                    (command, message, Some(node))
+                }
+                _ => (command, message, None),
             };
             match shared.control.propose_here(command).await {
                 Ok(Response::Done) => {
@@ -62,7 +72,7 @@ impl Admin for NodeAdmin {
                     // too (a revoked node could not use it; a dead one would count
                     // against the quorum).
                     if let Some(node) = leaving
-                        && let Err(e) = shared.control.remove_member(&node).await
+                        && let Err(e) = super::revocations::take_out(&shared, &node).await
                     {
                         return Err(format!(
                             "{message}; but {node} is still in the Raft membership ({e}): run \

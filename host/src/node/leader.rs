@@ -164,6 +164,7 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     // The lease handoff's question to the voters, for the term it was asked in.
     let mut handoff: Option<(u64, tokio::task::JoinHandle<()>)> = None;
     let options = placement::Options::default();
+    let mut removals = super::revocations::Removals::default();
     loop {
         // Wake at the next expiry if it comes before the tick (at TTL 500 ms the tick is
         // 31 ms: up to that much failover otherwise).
@@ -259,6 +260,7 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
             continue;
         }
         planned_at = Some((index, Instant::now()));
+        removals.tick(&shared);
         let plan = shared.read(|c| placement::plan(c, now_ms(), &options));
         for chunk in plan.commands.chunks(BATCH) {
             if let Err(error) = shared.propose_batch(chunk.to_vec()).await {

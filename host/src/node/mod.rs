@@ -26,6 +26,7 @@ mod owner;
 mod plugins;
 mod preflight;
 mod probe;
+mod revocations;
 mod session;
 mod shared;
 

@@ -23,8 +23,13 @@
 use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
 
-/// The first bytes of every operator request body (protocol version 1).
-pub const OPERATOR_PREFIX: &[u8] = b"\0tenure-operator/1\0";
+/// The first bytes of every operator request body (protocol version
+/// [`crate::version::ADMIN_VERSION`]; the golden tests check that the two agree).
+pub const OPERATOR_PREFIX: &[u8] = b"\0tenure-operator/2\0";
+
+/// What every version's prefix starts with: a request of another version is answered
+/// with both versions named rather than as a malformed envelope.
+pub const OPERATOR_PREFIX_ANY: &[u8] = b"\0tenure-operator/";
 
 /// What a node answers when a node certificate sends an operator request.
 pub const NODE_CERT_REFUSAL: &str =

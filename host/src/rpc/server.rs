@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime};
 use arc_swap::ArcSwapOption;
 
 use super::counts::Counts;
-use super::operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OperatorService};
+use super::operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OPERATOR_PREFIX_ANY, OperatorService};
 use super::service::Service;
 use super::verifiers::Verifiers;
 use crate::envelope::{Gate, RejectLog, Sealer};
@@ -66,7 +66,7 @@ impl Core {
         if peer.identity.kind == Kind::Operator {
             return self.answer_operator(peer, body).await;
         }
-        if body.starts_with(OPERATOR_PREFIX) {
+        if body.starts_with(OPERATOR_PREFIX_ANY) {
             return Err(NODE_CERT_REFUSAL.to_owned());
         }
         let name = peer.identity.name.as_str();
@@ -95,6 +95,20 @@ impl Core {
     /// An operator's request: to the operator service, unsigned both ways.
     async fn answer_operator(&self, peer: PeerInfo, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let Some(request) = body.strip_prefix(OPERATOR_PREFIX) else {
+            if let Some(rest) = body.strip_prefix(OPERATOR_PREFIX_ANY) {
+                let theirs: String = rest
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .map(|&b| b as char)
+                    .take(8)
+                    .collect();
+                return Err(format!(
+                    "this node speaks operator protocol tenure-operator/{}, the client \
+                     tenure-operator/{theirs}: use the `tenure` binary of the release the \
+                     node runs (`tenure --version` prints both)",
+                    crate::version::ADMIN_VERSION
+                ));
+            }
             return Err(format!(
                 "{} may not send envelopes: only nodes can (operators send admin requests, \
                  e.g. with `tenure status`)",

@@ -335,6 +335,18 @@ async fn operators_cannot_send_envelopes_yet() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+    // A client of another operator protocol version is told which versions differ.
+    let old = b"\0tenure-operator/1\0status".to_vec();
+    match operator.request("n2", n2.addr, old).await {
+        Err(TransportError::Remote { message, .. }) => assert!(
+            message.contains(&format!(
+                "tenure-operator/{}, the client tenure-operator/1",
+                crate::version::ADMIN_VERSION
+            )),
+            "{message}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     assert_eq!(total(&n2.rpc), 0);
     operator.close().await;
     n2.rpc.close().await;

@@ -91,7 +91,7 @@ pub use config::{MAX_FRAME_LIMIT, MAX_STREAMS_PER_CONNECTION, TlsFiles, Transpor
 pub use error::TransportError;
 pub use handler::Handler;
 pub use peer::PeerInfo;
-pub use registry::Direction;
+pub use registry::{Direction, SeenKey};
 pub use reset::ResetKey;
 pub use resolver::Local;
 pub use stats::TransportStats;
@@ -267,6 +267,12 @@ impl Transport {
             .collect()
     }
 
+    /// The keys peers presented in handshakes since `bind`, one entry per key (at most
+    /// `registry::SEEN_MAX`): what a revocation is checked against.
+    pub fn seen_keys(&self) -> Vec<SeenKey> {
+        self.shared.registry.seen()
+    }
+
     /// Replaces the set of revoked key fingerprints ([`crate::pki::key_fingerprint`],
     /// `sha256:<hex>` of the leaf's SubjectPublicKeyInfo). From now on a handshake, dialed
     /// or accepted, whose peer leaf's key is in the set is refused (whatever certificate
@@ -372,7 +378,7 @@ impl Shared {
         &self,
         peer: &str,
         remote: SocketAddr,
-        fingerprint: &str,
+        key: &str,
         action: &'static str,
     ) {
         let admitted = self
@@ -386,7 +392,7 @@ impl Shared {
                 peer,
                 %remote,
                 reason = "revoked",
-                fingerprint,
+                key,
                 action,
                 suppressed,
                 "refused: the peer's key is revoked"

@@ -30,9 +30,14 @@
 //! found by `set_revoked`, never neither. Which fingerprints are revoked is decided above
 //! this layer (the replicated state); the transport only enforces the set it is given.
 //!
+//! **Keys seen.** The registry remembers, since the endpoint was bound, which key and
+//! certificate each admitted peer presented ([`Registry::seen`], at most [`SEEN_MAX`]):
+//! so that a revocation can be checked against the keys members and operators actually
+//! used, and a typo, or a certificate's fingerprint given for its key's, is caught.
+//!
 //! Not here: which connection serves which peer name (that cache is `dial.rs`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -173,12 +178,29 @@ impl Live {
     }
 }
 
-/// All live connections, and the revoked fingerprints.
+/// The most keys [`Registry::seen`] remembers: far more than a cluster's members and
+/// operators, few enough that a flood of certificates cannot grow it without bound.
+pub(crate) const SEEN_MAX: usize = 4096;
+
+/// A key a peer presented, with the identity and certificate it came with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenKey {
+    /// Who the certificate speaks for.
+    pub identity: crate::pki::Identity,
+    /// The key's fingerprint (`pki::key_fingerprint`).
+    pub key: String,
+    /// The certificate's fingerprint (`pki::fingerprint`), the latest one seen with it.
+    pub certificate: String,
+}
+
+/// All live connections, the revoked fingerprints and the keys seen.
 #[derive(Default)]
 pub(crate) struct Registry {
     map: Mutex<HashMap<usize, Arc<Live>>>,
     /// Changed only with `map` locked, so `admit` and `set_revoked` see one order.
     revoked: ArcSwap<BTreeSet<String>>,
+    /// key fingerprint → what came with it; see the module doc.
+    seen: Mutex<BTreeMap<String, SeenKey>>,
 }
 
 impl Registry {
@@ -211,7 +233,30 @@ impl Registry {
                 .map_err(Refused::Untrusted)?;
         }
         map.insert(live.id(), live.clone());
+        drop(map);
+        self.remember(&live.peer);
         Ok(())
+    }
+
+    fn remember(&self, peer: &PeerInfo) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= SEEN_MAX && !seen.contains_key(&peer.key) {
+            return;
+        }
+        seen.insert(
+            peer.key.clone(),
+            SeenKey {
+                identity: peer.identity.clone(),
+                key: peer.key.clone(),
+                certificate: peer.fingerprint.clone(),
+            },
+        );
+    }
+
+    /// The keys peers presented since the endpoint was bound (see the module doc).
+    pub(crate) fn seen(&self) -> Vec<SeenKey> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.values().cloned().collect()
     }
 
     /// Forgets a closed connection.

@@ -321,7 +321,13 @@ fn apply(shared: &Shared, change: Found) {
     match change {
         Found::Identity(own) => {
             let previous = shared.tls.own.current().fingerprint.clone();
-            let fingerprint = own.fingerprint.clone();
+            let certificate = own.fingerprint.clone();
+            let key = own
+                .key
+                .cert
+                .first()
+                .and_then(|leaf| crate::pki::key_fingerprint(leaf).ok())
+                .unwrap_or_default();
             // First the resolver, so that the connections replacing the retired ones
             // present the new certificate.
             shared.tls.own.replace(own);
@@ -336,8 +342,9 @@ fn apply(shared: &Shared, change: Found) {
             tracing::info!(
                 event = TLS_RELOADED,
                 what = "certificate",
-                %fingerprint,
-                %previous,
+                %certificate,
+                %key,
+                previous_certificate = %previous,
                 retired,
                 "certificate reloaded; new handshakes present it, existing connections retired"
             );
@@ -444,7 +451,7 @@ fn warn_expiry(shared: &Shared, warned: &mut Option<String>) {
     tracing::warn!(
         event = TLS_EXPIRING,
         identity = %own.identity,
-        fingerprint = %own.fingerprint,
+        certificate = %own.fingerprint,
         "our certificate {state}: peers refuse it outside its validity; rotate it (`tenure certs rotate`)"
     );
     *warned = Some(own.fingerprint.clone());
