@@ -78,6 +78,8 @@ mod format_tests;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]
+mod healing_tests;
+#[cfg(test)]
 pub(crate) use golden::{golden_store_samples, golden_wire_samples};
 #[cfg(test)]
 mod tests;
@@ -816,21 +818,31 @@ impl Shared {
     }
 
     /// Whether node `name` may send this node Raft votes, appends and snapshots: it is a
-    /// voter of the membership (of either side of a joint one). A node that has no
-    /// membership yet (it has asked to join, or awaits the bootstrap) knows no voters, and
-    /// takes them from whoever leads: the first append brings the membership.
+    /// member this node knows of, a voter or a learner of its membership or a member of
+    /// its replica. Not only the voters: a node that missed the entries that promoted a
+    /// learner and removed a voter holds an old membership, and must still vote for the
+    /// new voters and take their appends, or the cluster can wedge with a majority of the
+    /// new voters alive (Raft's own rule: servers accept messages from servers outside
+    /// their configuration). A node that has no membership yet (it has asked to join, or
+    /// awaits the bootstrap) knows no members, and takes them from whoever leads: the
+    /// first append brings the membership.
     fn may_lead(&self, name: &str) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
-        let id = node_id(name);
-        membership
-            .get_joint_config()
-            .iter()
-            .any(|voters| voters.contains(&id))
-            && membership.get_node(&id).is_some_and(|p| p.name == name)
+        let known = membership
+            .get_node(&node_id(name))
+            .is_some_and(|p| p.name == name);
+        drop(metrics);
+        known
+            || self
+                .cluster
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .members
+                .contains_key(name)
     }
 
     /// Whether node `name` is in the membership (voter or learner).

@@ -4,8 +4,8 @@
 //! not its business (see `service.rs` and `cluster/authorize.rs`):
 //! - [`Refusal::Forbidden`]: a proposal it may not make (a command about another node,
 //!   or one only the leader or an operator may make);
-//! - [`Refusal::NotAVoter`]: a Raft vote, append or snapshot from a node that is not a
-//!   voter of this node's membership;
+//! - [`Refusal::NotAMember`]: a Raft vote, append or snapshot from a node that is not a
+//!   member this node knows of;
 //! - [`Refusal::JoinForAnother`]: a join naming a node other than the sender.
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
@@ -24,14 +24,14 @@ const LOG_LIMIT: u32 = 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     Forbidden,
-    NotAVoter,
+    NotAMember,
     JoinForAnother,
 }
 
 impl Refusal {
     pub const ALL: [Refusal; 3] = [
         Refusal::Forbidden,
-        Refusal::NotAVoter,
+        Refusal::NotAMember,
         Refusal::JoinForAnother,
     ];
 
@@ -39,7 +39,7 @@ impl Refusal {
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::Forbidden => "forbidden",
-            Refusal::NotAVoter => "not-a-voter",
+            Refusal::NotAMember => "not-a-member",
             Refusal::JoinForAnother => "join-for-another",
         }
     }

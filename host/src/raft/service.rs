@@ -4,10 +4,12 @@
 //! What is checked here is what only Raft can know:
 //! - a Raft message must come from the node it names as its sender (the leader id in an
 //!   AppendEntries or InstallSnapshot, the candidate in a vote), so one node cannot speak
-//!   for another, and from a voter of this node's membership: a learner, a removed
-//!   member or any other holder of a node certificate cannot win a vote or rewrite a
-//!   follower's log with a higher term (a node with no membership yet takes the first
-//!   leader that reaches it);
+//!   for another, and from a member this node knows of (a voter or learner of its
+//!   membership, or a member of its replica; not only the voters, so that a node that
+//!   missed membership changes still votes for the new voters): a removed member or any
+//!   other holder of a node certificate cannot win a vote or rewrite a follower's log
+//!   with a higher term (a node with no membership yet takes the first leader that
+//!   reaches it);
 //! - a proposal must come from a member of the group; it is committed marked with the
 //!   sender's name and applied with that member's rights only (`cluster/authorize.rs`);
 //!   a proposal over the size bound of local ones is refused before it is decoded;
@@ -83,7 +85,7 @@ impl Shared {
                 let request: AppendEntriesRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
                 refuse_while_forming(self)?;
-                self.check_voter(from, "AppendEntries")?;
+                self.check_member(from, "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
                 let term = request.vote.leader_id().get_term();
                 // In flight from before Raft sees it until recorded (`heard.rs`).
@@ -100,7 +102,7 @@ impl Shared {
                 let request: VoteRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
                 refuse_while_forming(self)?;
-                self.check_voter(from, "vote request")?;
+                self.check_member(from, "vote request")?;
                 let answer = self.raft.vote(request).await.map_err(fatal);
                 encode(&answer)
             }
@@ -108,7 +110,7 @@ impl Shared {
                 let request: InstallSnapshotRequest = decode(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
                 refuse_while_forming(self)?;
-                self.check_voter(from, "snapshot chunk")?;
+                self.check_member(from, "snapshot chunk")?;
                 let vote = request.vote;
                 let hearing = self.heard.hearing().await;
                 let answer = self.raft.install_snapshot(request).await;
@@ -146,13 +148,13 @@ impl Shared {
         }
     }
 
-    /// Refuses a Raft message from a node that is not a voter here.
-    fn check_voter(&self, from: &str, what: &str) -> Result<(), String> {
+    /// Refuses a Raft message from a node that is not a member here (`Shared::may_lead`).
+    fn check_member(&self, from: &str, what: &str) -> Result<(), String> {
         if self.may_lead(from) {
             return Ok(());
         }
-        let error = format!("a {what} from {from}, which is not a voter of this node's membership");
-        self.refusals.record(Refusal::NotAVoter, from, &error);
+        let error = format!("a {what} from {from}, which is not a member this node knows of");
+        self.refusals.record(Refusal::NotAMember, from, &error);
         Err(error)
     }
 }

@@ -93,7 +93,7 @@ impl Group {
     }
 
     /// Stops node `name` the way the node does: Raft first, then the endpoint.
-    async fn stop(&mut self, name: &str) {
+    pub(super) async fn stop(&mut self, name: &str) {
         let node = self.nodes.remove(name).unwrap();
         node.control.shutdown().await;
         node.rpc.close().await;
