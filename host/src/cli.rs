@@ -65,6 +65,12 @@ pub enum Command {
         /// The shell (bash, zsh, fish, elvish or powershell).
         shell: clap_complete::Shell,
     },
+    /// Make this stopped node the only voter of its cluster, when a majority of the
+    /// voters is lost for good (like etcd's --force-new-cluster). It keeps its state,
+    /// ends every session, forgets the other members (they join again as new ones),
+    /// takes fencing tokens far above every earlier one, and grants nothing until a
+    /// full TTL after it leads. Run it on the survivor with the longest log.
+    Recover(RecoverArgs),
     /// Print every slot's owner, then every ownership change as the cluster applies it
     /// (granted, releasing, released, vacant), until interrupted. Any node answers; give
     /// --addr more than once (NAME@HOST:PORT) to fail over between nodes.
@@ -73,6 +79,21 @@ pub enum Command {
     /// wasm from stdin and writes the cache entry OUT. Not for people.
     #[command(name = "__compile", hide = true)]
     Compile { out: PathBuf },
+}
+
+/// `tenure recover`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// The node's config file (its name, data dir and address).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Confirms that the other voters are lost for good: if they came back with their
+    /// data, two clusters would claim the same resources.
+    #[arg(long)]
+    pub lost_majority: bool,
+    /// How far on the first new log index (and so every new fencing token) is placed.
+    #[arg(long, value_name = "N", default_value_t = crate::raft::DEFAULT_BUMP)]
+    pub bump_token: u64,
 }
 
 /// `tenure watch`'s arguments.
@@ -266,6 +287,52 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::node::run(config, shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// `tenure recover`.
+pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
+    if !args.lost_majority {
+        anyhow::bail!(
+            "recover makes this node the only voter of its cluster: run it only when most \
+             voters are lost for good and will not come back with their data (else two \
+             clusters would own the same resources), on the survivor with the longest log \
+             (`tenure status` showed the highest applied index); add --lost-majority to \
+             confirm"
+        );
+    }
+    let config = Config::load(Some(&args.config), Overrides::default())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let done = runtime.block_on(crate::node::recover(&config, args.bump_token))?;
+    let last = done.last.map_or("none".to_string(), |(term, index)| {
+        format!("index {index} (term {term})")
+    });
+    println!(
+        "{name} is now the only voter of its cluster (voters before: {before}).\n\
+         last entry of its log: {last}; the log was replaced by a snapshot at index {index}: \
+         every fencing token from now on is above {index}.\n\
+         sessions ended: {sessions}.\n\
+         members forgotten: {forgotten} (they join again as new members: an emptied data \
+         dir and `join = [\"{name}@ADDR\"]`).\n\
+         once it runs and leads, it grants nothing for a full lease TTL: plugins of the \
+         lost nodes may still be running until their leases run out.",
+        name = config.name,
+        before = list(&done.voters_before),
+        index = done.index,
+        sessions = list(&done.sessions),
+        forgotten = list(&done.forgotten),
+    );
+    Ok(())
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Resolves at the first SIGINT or SIGTERM. A second one exits at once.

@@ -116,6 +116,9 @@ pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
 /// (`after_ms`): `leader` names the leader that reached it, or is absent when none did in
 /// time and it bootstraps itself.
 pub const CLUSTER_REACHED: &str = "cluster.reached";
+/// A recovered node (`tenure recover`) leads and holds every grant for a full TTL
+/// (`phase = "start"`), or the hold is over (`phase = "end"`).
+pub const CLUSTER_RECOVERY_HOLD: &str = "cluster.recovery_hold";
 /// This node joined an existing cluster (`via`, `voter`).
 pub const CLUSTER_JOINED: &str = "cluster.joined";
 /// The leader changed the Raft membership: a learner added, promoted, or a member's

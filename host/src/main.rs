@@ -16,6 +16,7 @@ fn main() {
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),
+        Command::Recover(args) => tenure::cli::recover(args),
         Command::Watch(args) => tenure::cli::watch(args.resource, args.json, args.conn),
         Command::Compile { out } => std::process::exit(tenure::runtime::compile_child(&out)),
     };

@@ -165,6 +165,8 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     let mut handoff: Option<(u64, tokio::task::JoinHandle<()>)> = None;
     let options = placement::Options::default();
     let mut removals = super::revocations::Removals::default();
+    // A recovered store's hold (`raft/recover.rs`): from this node's first lead on.
+    let mut hold_from: Option<Instant> = None;
     loop {
         // Wake at the next expiry if it comes before the tick (at TTL 500 ms the tick is
         // 31 ms: up to that much failover otherwise).
@@ -254,6 +256,29 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
             }
         }
 
+        if shared.control.hold() {
+            let from = *hold_from.get_or_insert_with(|| {
+                tracing::warn!(event = events::CLUSTER_RECOVERY_HOLD, phase = "start", ttl_ms = ttl.as_millis() as u64, "this node was recovered as the only voter: it grants nothing for {} (the lost nodes' plugins may run until their leases end)", humantime::format_duration(ttl));
+                Instant::now()
+            });
+            if from.elapsed() < ttl {
+                continue;
+            }
+            match shared.control.end_hold().await {
+                Ok(()) => {
+                    tracing::info!(
+                        event = events::CLUSTER_RECOVERY_HOLD,
+                        phase = "end",
+                        ttl_ms = ttl.as_millis() as u64,
+                        "the recovery hold is over: placement grants slots again"
+                    )
+                }
+                Err(error) => {
+                    tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot clear the recovery hold; retrying");
+                    continue;
+                }
+            }
+        }
         let index = *applied.borrow_and_update();
         let due = planned_at.is_none_or(|(i, at)| i != index || at.elapsed() >= REPLAN_EVERY);
         if !due {

@@ -26,6 +26,7 @@ mod owner;
 mod plugins;
 mod preflight;
 mod probe;
+mod recovery;
 mod revocations;
 mod session;
 mod shared;
@@ -57,6 +58,7 @@ use leader::Liveness;
 use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
 use plugins::Folder;
+pub use recovery::recover;
 use session::Renewals;
 #[cfg(test)]
 pub(crate) use session::{RENEW, Renew, Renewed};

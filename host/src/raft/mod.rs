@@ -61,6 +61,7 @@ mod log_store;
 mod membership;
 mod network;
 mod propose;
+mod recover;
 mod refusals;
 mod rejoin;
 mod rounds;
@@ -102,6 +103,7 @@ pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
     STORE_INFO, VOTE,
 };
+pub use recover::{DEFAULT_BUMP, Recovered, recover};
 pub use refusals::Refusal;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
@@ -323,6 +325,9 @@ pub(crate) struct Shared {
     /// The store was new at open and this node has not yet formed or joined the cluster:
     /// it refuses Raft's messages (`forming.rs`).
     forming: std::sync::atomic::AtomicBool,
+    /// The store was recovered (`recover.rs`) and the hold not yet honoured: grant
+    /// nothing until a full TTL after this node first leads.
+    hold: std::sync::atomic::AtomicBool,
     /// Proposals in flight (at most `forwards::FORWARDS`), and single commands waiting
     /// to be combined into batches.
     forwards: forwards::Forwards<propose::Attempt>,
@@ -370,6 +375,7 @@ impl Control {
                 .map_err(unreadable)?;
             state.last_log_id.is_none() && vote.is_none() && *applied.borrow() == 0
         };
+        let hold = recover::hold(&db);
         let weak = Arc::downgrade(&db);
         drop(db);
         let me = node_id(&options.name);
@@ -408,6 +414,7 @@ impl Control {
             rounds: rounds::Rounds::default(),
             forwards: forwards::Forwards::default(),
             forming: std::sync::atomic::AtomicBool::new(fresh),
+            hold: std::sync::atomic::AtomicBool::new(hold),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(membership::housekeeping(
@@ -428,6 +435,28 @@ impl Control {
             db: weak,
         };
         Ok((control, service))
+    }
+
+    /// Whether the store carries a recovery's hold (`recover.rs`): the node grants nothing
+    /// until a full TTL after it first leads, then calls [`Control::end_hold`].
+    pub fn hold(&self) -> bool {
+        self.shared.hold.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Clears the recovery's hold, in the store too (a restart during the hold holds
+    /// again, from its own first lead).
+    pub async fn end_hold(&self) -> Result<(), ControlError> {
+        let Some(db) = self.db.upgrade() else {
+            return Err(ControlError::Stopped("the store is closed".into()));
+        };
+        tokio::task::spawn_blocking(move || recover::clear_hold(&db))
+            .await
+            .map_err(|e| ControlError::Stopped(e.to_string()))?
+            .map_err(|e| ControlError::Stopped(format!("cannot clear the recovery hold: {e}")))?;
+        self.shared
+            .hold
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 
     /// Hands the node's RPC endpoint to Raft; `advertise` is the address peers dial this

@@ -1,0 +1,23 @@
+//! `tenure recover` on a stopped node: the checks a start makes, then the store rewritten
+//! (`raft/recover.rs` says what and why).
+
+use super::NodeError;
+use super::preflight;
+use crate::config::Config;
+use crate::raft::{Peer, Recovered};
+
+/// Makes the node of `config` the only voter of its cluster, its tokens `bump` further
+/// on. Refused while the node runs (the data dir's lock, held throughout) or when its
+/// store is of a newer format.
+pub async fn recover(config: &Config, bump: u64) -> Result<Recovered, NodeError> {
+    preflight::data_dir_free(&config.data_dir)?;
+    preflight::store_format(&config.data_dir)?;
+    let _lock = preflight::lock_data_dir(&config.data_dir)?;
+    let addr = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| config.listen.clone());
+    let me = Peer::new(config.name.clone(), addr);
+    let now = super::shared::now_ms();
+    Ok(crate::raft::recover(&config.data_dir, &me, bump, now).await?)
+}

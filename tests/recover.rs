@@ -1,0 +1,166 @@
+//! Recovery from a lost majority (issue 25, item 6), on real processes.
+//!
+//! Two of three nodes are lost for good (killed, their data dirs deleted). The survivor,
+//! which holds every committed entry, is made the only voter of the cluster with
+//! `tenure recover` while it is stopped: it keeps its state, ends every session, takes
+//! fencing tokens far above every earlier one, and grants nothing until a full TTL after
+//! it leads (the lost nodes' plugins may still run for all it knows). Fresh nodes then
+//! join it.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
+    let ttl = Duration::from_secs(2);
+    let mut c = Cluster::builder(3).ttl(ttl).build();
+    c.install_plugin_everywhere(
+        "counter",
+        &manifest("counter", 1, "1.0.0"),
+        &plugins().counter_bytes(),
+    );
+    c.install_plugin_everywhere(
+        "pair",
+        &manifest("pair", 2, "1.0.0"),
+        &plugins().heartbeat_bytes(),
+    );
+    c.start();
+    c.wait("the counter counts to 3", WAIT, |c| {
+        (counts(&c.merged()).len() >= 3).then_some(())
+    });
+    c.wait_owners("pair", 2, |_| true);
+    // The leader holds every committed entry.
+    let survivor = c.index(&c.wait_leader());
+    let name = c.name(survivor).to_string();
+    let lost: Vec<usize> = (0..3).filter(|&i| i != survivor).collect();
+
+    eprintln!("phase: {name} survives; the two others are lost for good");
+    for &i in &lost {
+        c.kill(i);
+        c.wipe(i);
+    }
+    let config = c.node(survivor).dir().join("tenure.toml");
+    let config = config.to_str().unwrap().to_string();
+    let dir = c.node(survivor).dir().to_path_buf();
+    eprintln!("phase: recover is refused while the node runs");
+    let running = tenure(&["recover", "--config", &config, "--lost-majority"], &dir);
+    assert_eq!(running.status.code(), Some(1), "{}", stderr(&running));
+    assert!(
+        stderr(&running).contains("uses the data dir"),
+        "says the node runs: {}",
+        stderr(&running)
+    );
+    c.kill(survivor);
+    let before = c.merged();
+    let last_count = *counts(&before).last().unwrap();
+    let max_token = before
+        .iter()
+        .filter(|e| is("plugin.started").matches(e))
+        .map(token)
+        .max()
+        .unwrap();
+    eprintln!("before: count {last_count}, highest token {max_token}");
+
+    eprintln!("phase: recover refuses without confirmation");
+    let config = config.as_str();
+    let unconfirmed = tenure(&["recover", "--config", config], &dir);
+    assert_eq!(
+        unconfirmed.status.code(),
+        Some(1),
+        "{}",
+        stderr(&unconfirmed)
+    );
+    assert!(
+        stderr(&unconfirmed).contains("--lost-majority"),
+        "asks for the confirmation: {}",
+        stderr(&unconfirmed)
+    );
+
+    eprintln!("phase: tenure recover on {name}");
+    let recovered = tenure(&["recover", "--config", config, "--lost-majority"], &dir);
+    assert!(
+        recovered.status.success(),
+        "recover: {}",
+        stderr(&recovered)
+    );
+    let said = stdout(&recovered);
+    eprintln!("recover said:\n{said}");
+    assert!(said.contains("only voter"), "{said}");
+    let again = tenure(&["recover", "--config", config, "--lost-majority"], &dir);
+    assert!(again.status.success(), "recover twice: {}", stderr(&again));
+
+    eprintln!("phase: {name} starts alone, leads, and grants nothing for a full TTL");
+    c.spawn(survivor);
+    // The events of this run (`events` is per run).
+    let from = 0;
+    let led = c.wait_event(
+        survivor,
+        "the survivor to lead",
+        from,
+        is("cluster.leader").with("node", name.as_str()).f(),
+    );
+    let counter = c.wait_event(
+        survivor,
+        "the counter to start on the survivor",
+        from,
+        is("plugin.started").with("resource", "counter").f(),
+    );
+    let held_ms = ms_between(&led, &counter);
+    eprintln!(
+        "first grant {held_ms} ms after it led (TTL {} ms)",
+        ttl.as_millis()
+    );
+    let first = c.node(survivor).events()[from..]
+        .iter()
+        .filter(|e| is("plugin.started").matches(e))
+        .map(timestamp_us)
+        .min()
+        .unwrap();
+    assert!(
+        first - timestamp_us(&led) >= ttl.as_micros() as i64,
+        "a plugin started {} ms after the recovered node led, within the TTL",
+        (first - timestamp_us(&led)) / 1000
+    );
+
+    eprintln!("phase: tokens above every earlier one, the count goes on");
+    assert!(
+        token(&counter) > max_token,
+        "new token {} is not above {max_token}",
+        token(&counter)
+    );
+    c.wait("the counter to count past its last value", WAIT, |c| {
+        counts(&c.node(survivor).events()[from..])
+            .first()
+            .map(|&n| {
+                assert!(
+                    n > last_count,
+                    "the count went back: {n} after {last_count}"
+                );
+            })
+            .map(|_| ())
+    });
+
+    eprintln!("phase: the lost nodes come back as new members and take their share");
+    for &i in &lost {
+        c.switch_to_join(i);
+        c.spawn(i);
+    }
+    let others: Vec<String> = lost.iter().map(|&i| c.name(i).to_string()).collect();
+    c.wait_owners("pair", 2, |owners| {
+        owners.iter().any(|o| others.contains(&o.node))
+    });
+    c.stop_all();
+    assert_safe(&c.merged(), "counter", 1);
+    assert_safe(&c.merged(), "pair", 2);
+}
