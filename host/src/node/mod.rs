@@ -311,6 +311,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if scanned && !ready && !folder.loading() {
             ready = true;
             tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
+            metrics_probe.set_loaded();
         }
         owner.reconcile(&plugins, true).await;
         metrics_probe.set_running(owner.running());
