@@ -36,6 +36,11 @@ impl NodeProbe {
         }
     }
 
+    /// Whether the node is ready as `/readyz` says it (for systemd's READY=1).
+    pub fn ready(&self) -> bool {
+        self.sample().readiness().is_ok()
+    }
+
     /// Records that the plugins folder's first scan and its loads have ended.
     pub fn set_loaded(&self) {
         self.loaded.store(true, Ordering::Relaxed);
