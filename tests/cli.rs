@@ -341,6 +341,40 @@ fn free_tcp_ports(n: u16) -> u16 {
     panic!("no {n} consecutive free TCP ports");
 }
 
+/// `scripts/release --no-image DIR` (issue 28): the binary under its release name and a
+/// checksum file that `sha256sum -c` accepts, both named in what it prints.
+#[test]
+fn scripts_release_writes_the_binary_and_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/release"))
+        .arg("--no-image")
+        .arg(dir.path().join("dist"))
+        .env("TENURE_BIN", env!("CARGO_BIN_EXE_tenure"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let arch = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let binary = format!("tenure-{}-{arch}-linux", env!("CARGO_PKG_VERSION"));
+    let dist = dir.path().join("dist");
+    assert_eq!(
+        std::fs::read(dist.join(&binary)).unwrap(),
+        std::fs::read(env!("CARGO_BIN_EXE_tenure")).unwrap()
+    );
+    for file in [binary.clone(), format!("{binary}.sha256")] {
+        assert!(said.contains(&file), "{said}");
+    }
+    let check = Command::new("sha256sum")
+        .args(["-c", &format!("{binary}.sha256")])
+        .current_dir(&dist)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+}
+
 /// `n` consecutive UDP ports on 127.0.0.1 that are free now: the first of them.
 fn free_udp_ports(n: u16) -> u16 {
     for _ in 0..100 {
