@@ -184,6 +184,23 @@ fn livez_stays_200_while_the_node_has_no_leader_and_readyz_does_not() {
         "/healthz is /livez's alias"
     );
 
+    eprintln!("phase: /metrics shows when n1's certificate expires (issued for 90 days)");
+    let (code, metrics_text) = get(metrics, "/metrics");
+    assert_eq!(code, 200);
+    let expiry: u64 = metrics_text
+        .lines()
+        .find(|l| {
+            l.starts_with("tenure_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no certificate expiry in\n{metrics_text}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let days = (expiry.saturating_sub(now)) / 86_400;
+    assert!((88..=90).contains(&days), "expires in {days} days");
+
     eprintln!("phase: the others start: n1 becomes ready");
     cluster.spawn(1);
     cluster.spawn(2);

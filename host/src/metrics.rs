@@ -99,6 +99,9 @@ pub struct Sample {
     pub unapplied: u64,
     /// Whether the plugins folder's first scan and its loads have ended (`node.ready`).
     pub loaded: bool,
+    /// The certificate this node presents in new handshakes: its fingerprint and the end
+    /// of its validity (seconds since the Unix epoch).
+    pub certificate: Option<(String, u64)>,
 }
 
 /// More log entries than this held but not applied, and the replica is behind: not ready.

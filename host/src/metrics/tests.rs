@@ -75,6 +75,7 @@ fn ready_sample() -> Sample {
         member: true,
         unapplied: 3,
         loaded: true,
+        certificate: Some(("sha256:ab".into(), 1_900_000_000)),
     }
 }
 
@@ -101,6 +102,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_lease_valid 1",
         "tenure_ready 1",
         "tenure_lease_remaining_seconds 1.5",
+        "tenure_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:ab\"} 1900000000",
     ] {
         assert!(
             text.lines().any(|l| l == line),

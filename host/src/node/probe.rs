@@ -87,6 +87,11 @@ impl Probe for NodeProbe {
             )
         };
         let member = members.voters.contains_key(me) || members.learners.contains_key(me);
+        let tls = rpc.transport().tls_info();
+        let not_after = tls
+            .not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut sample = Sample {
             node: shared.me.clone(),
             rpc: rpc
@@ -110,6 +115,7 @@ impl Probe for NodeProbe {
             member,
             unapplied,
             loaded: self.loaded.load(Ordering::Relaxed),
+            certificate: Some((tls.fingerprint, not_after)),
             ..Sample::default()
         };
         shared.read(|c| {
