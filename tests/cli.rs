@@ -160,10 +160,10 @@ fn scripts_cluster_keeps_the_others_running_when_a_node_is_killed_and_starts_it_
     );
     let owner = counter_owner(&owner).unwrap();
     for page in &pages {
-        let answer = http_get(*page, "/metrics");
+        let (code, body) = http_get(*page, "/metrics");
         assert!(
-            answer.starts_with("HTTP/1.1 200") && answer.contains("tenure_"),
-            "{page}/metrics: {answer}"
+            code == 200 && body.contains("tenure_"),
+            "{page}/metrics: {code} {body}"
         );
     }
 
@@ -305,40 +305,11 @@ fn counter_owner(status: &serde_json::Value) -> Option<String> {
     live.then(|| owner.to_string())
 }
 
-/// One plain HTTP/1.1 GET; the whole answer (the server closes after `Connection: close`).
-fn http_get(addr: SocketAddr, path: &str) -> String {
-    use std::io::Write as _;
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer
-}
-
 /// `n` consecutive TCP ports on 127.0.0.1 that are free now: the first of them.
 fn free_tcp_ports(n: u16) -> u16 {
-    for _ in 0..100 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = first.local_addr().unwrap().port();
-        if base.checked_add(n).is_none() {
-            continue;
-        }
-        let rest: Vec<_> = (1..n)
-            .map(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)))
-            .collect();
-        if rest.iter().all(Result::is_ok) {
-            return base;
-        }
-    }
-    panic!("no {n} consecutive free TCP ports");
+    free_ports(n, |port| {
+        std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+    })
 }
 
 /// `scripts/release --no-image DIR` (issue 28): the binary under its release name and a
@@ -377,20 +348,25 @@ fn scripts_release_writes_the_binary_and_its_checksum() {
 
 /// `n` consecutive UDP ports on 127.0.0.1 that are free now: the first of them.
 fn free_udp_ports(n: u16) -> u16 {
+    free_ports(n, |port| {
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+    })
+}
+
+/// `n` consecutive ports that `free` says are free (it binds and lets go), the first port
+/// picked by the system: the first of them.
+fn free_ports(n: u16, free: impl Fn(u16) -> bool) -> u16 {
     for _ in 0..100 {
-        let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let base = first.local_addr().unwrap().port();
-        if base.checked_add(n).is_none() {
-            continue;
-        }
-        let rest: Vec<_> = (1..n)
-            .map(|k| std::net::UdpSocket::bind(("127.0.0.1", base + k)))
-            .collect();
-        if rest.iter().all(Result::is_ok) {
+        let base = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if base.checked_add(n).is_some() && (0..n).all(|k| free(base + k)) {
             return base;
         }
     }
-    panic!("no {n} consecutive free UDP ports");
+    panic!("no {n} consecutive free ports");
 }
 
 /// The script running, its output lines collected, and every process it started killed

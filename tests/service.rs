@@ -23,39 +23,11 @@ fn free_metrics_addr() -> SocketAddr {
         .unwrap()
 }
 
-/// One plain HTTP/1.1 GET: the status code and the body.
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use std::io::{Read as _, Write as _};
-    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
-        return (0, "(no connection)".into());
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let code = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (code, body)
-}
-
 /// Polls `path` until its status is `code`; returns the body. Fails after `bound`.
 fn wait_code(addr: SocketAddr, path: &str, code: u16, bound: Duration) -> String {
     let deadline = Instant::now() + bound;
     loop {
-        let (got, body) = get(addr, path);
+        let (got, body) = http_get(addr, path);
         if got == code {
             return body;
         }
@@ -115,7 +87,7 @@ fn systemd_hears_ready_after_node_ready_watchdog_pings_and_stopping_on_sigterm()
     eprintln!("phase: READY=1 arrives, after node.ready, when /readyz says ready");
     let before = receive_until(&socket, Duration::from_secs(60), |m| says(m, "READY=1"));
     let (ready_at, _) = before.last().unwrap().clone();
-    let (code, body) = get(metrics, "/readyz");
+    let (code, body) = http_get(metrics, "/readyz");
     assert_eq!((code, body.as_str()), (200, "ready\n"));
     let node_ready = node.wait_for("node.ready", is("node.ready").f(), WAIT);
     let written = timestamp_us(&node_ready);
@@ -175,17 +147,17 @@ fn livez_stays_200_while_the_node_has_no_leader_and_readyz_does_not() {
     eprintln!("phase: n1 alone waits for the others: alive, not ready");
     cluster.spawn(0);
     wait_code(metrics, "/livez", 200, WAIT);
-    let (code, body) = get(metrics, "/readyz");
+    let (code, body) = http_get(metrics, "/readyz");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("no leader known"), "{body}");
     assert_eq!(
-        get(metrics, "/healthz").0,
+        http_get(metrics, "/healthz").0,
         200,
         "/healthz is /livez's alias"
     );
 
     eprintln!("phase: /metrics shows when n1's certificate expires (issued for 90 days)");
-    let (code, metrics_text) = get(metrics, "/metrics");
+    let (code, metrics_text) = http_get(metrics, "/metrics");
     assert_eq!(code, 200);
     let expiry: u64 = metrics_text
         .lines()
@@ -214,7 +186,7 @@ fn livez_stays_200_while_the_node_has_no_leader_and_readyz_does_not() {
     eprintln!("/readyz: {why}");
     assert!(why.starts_with("not ready: "), "{why}");
     for _ in 0..5 {
-        assert_eq!(get(metrics, "/livez").0, 200);
+        assert_eq!(http_get(metrics, "/livez").0, 200);
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(cluster.alive(0), "{}", cluster.node(0).tail());
