@@ -1,10 +1,11 @@
 //! The command line's manners, against the real binary: output into a pipe whose reader
 //! has gone ends the command quietly, and the shell completion scripts complete. And
-//! `scripts/cluster`, run for real.
+//! `scripts/cluster`, run for real: three nodes, one killed and started again.
 
 mod support;
 
 use std::io::{BufRead as _, BufReader, Read};
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -100,14 +101,136 @@ fn zsh_and_fish_scripts_name_the_commands() {
 #[test]
 fn scripts_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
+    let mut run = ScriptRun::spawn(cluster_command(dir.path()));
+
+    eprintln!("phase: the script prints the exports");
+    let vars = run.exports();
+
+    eprintln!("phase: tenure status with them sees three nodes with a session");
+    wait_status(&run, &vars, dir.path(), "three live nodes", |status| {
+        live_nodes(status) == 3
+    });
+
+    eprintln!("phase: SIGINT stops every node");
+    run.interrupt_and_expect_all_stopped();
+}
+
+/// The lab of issue 28: kill -9 of the node that owns `counter` leaves the other two
+/// running and the slot moves; the script names the node that exited and prints the
+/// command that starts it again, which does; each node's metrics port (in the banner)
+/// answers, all three at once; Ctrl-C stops every node, the restarted one included.
+#[test]
+fn scripts_cluster_keeps_the_others_running_when_a_node_is_killed_and_starts_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    for k in 1..=3 {
+        let folder = dir.path().join(format!("cluster/n{k}/plugins"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::copy(&plugins().counter, folder.join("counter.wasm")).unwrap();
+    }
+    let metrics_port = free_tcp_ports(3);
+    let mut command = cluster_command(dir.path());
+    command
+        .env("TENURE_CLUSTER_METRICS_PORT", metrics_port.to_string())
+        // Would give every node the same port: the script leaves it out, and says so.
+        .env("TENURE_METRICS_LISTEN", "127.0.0.1:1");
+    let mut run = ScriptRun::spawn(command);
+    let vars = run.exports();
+    assert!(
+        run.output().contains(
+            "ignoring TENURE_METRICS_LISTEN: each node's settings are in its nK/config.toml"
+        ),
+        "{}",
+        run.output()
+    );
+
+    eprintln!("phase: the banner shows each node's page; all three answer /metrics");
+    let mut pages = Vec::new();
+    for k in 1..=3u16 {
+        let line = run.wait_line(|l| l.starts_with(&format!("scripts/cluster:   n{k} ")));
+        let url = format!("http://127.0.0.1:{}/", metrics_port + k - 1);
+        assert!(line.contains(&url), "n{k}'s page is not {url}: {line}");
+        pages.push(SocketAddr::from(([127, 0, 0, 1], metrics_port + k - 1)));
+    }
+    let owner = wait_status(
+        &run,
+        &vars,
+        dir.path(),
+        "counter owned, three live nodes",
+        |s| live_nodes(s) == 3 && counter_owner(s).is_some(),
+    );
+    let owner = counter_owner(&owner).unwrap();
+    for page in &pages {
+        let (code, body) = http_get(*page, "/metrics");
+        assert!(
+            code == 200 && body.contains("tenure_"),
+            "{page}/metrics: {code} {body}"
+        );
+    }
+
+    eprintln!("phase: kill -9 of the owner, {owner}");
+    let pid_file = dir.path().join(format!("cluster/{owner}/pid"));
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let others: Vec<u32> = run
+        .nodes()
+        .into_iter()
+        .filter(|p| *p != pid as u32)
+        .collect();
+    assert_eq!(others.len(), 2, "two other nodes: {others:?}");
+    // SAFETY: kill(2) with the pid of a node the script started for this test.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let exited =
+        format!("scripts/cluster: {owner} (pid {pid}) exited: killed by SIGKILL; the others (");
+    run.wait_line(|l| l.starts_with(&exited));
+    let again = run.wait_line(|l| l.contains("to start it again: "));
+    let again = again
+        .split_once("to start it again: ")
+        .unwrap()
+        .1
+        .to_string();
+    assert!(again.ends_with(&format!(" start {owner}")), "{again}");
+
+    eprintln!("phase: the others keep running and the slot moves");
+    let moved = wait_status(&run, &vars, dir.path(), "the slot on another node", |s| {
+        counter_owner(s).is_some_and(|o| o != owner)
+    });
+    eprintln!("counter/0 moved to {}", counter_owner(&moved).unwrap());
+    for pid in &others {
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "node {pid} stopped"
+        );
+    }
+    assert!(run.child.try_wait().unwrap().is_none(), "{}", run.output());
+
+    eprintln!("phase: the printed command starts {owner} again: {again}");
+    let out = Command::new("bash").arg("-c").arg(&again).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(said.contains(&format!("started {owner} again")), "{said}");
+    wait_status(&run, &vars, dir.path(), "three live nodes again", |s| {
+        live_nodes(s) == 3
+    });
+    assert_eq!(run.nodes().len(), 3, "{}", run.output());
+
+    eprintln!("phase: SIGINT stops every node, the restarted one too");
+    run.interrupt_and_expect_all_stopped();
+}
+
+/// `scripts/cluster 3` on free ports, in `dir/cluster`, as a terminal would start it.
+fn cluster_command(dir: &Path) -> Command {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster");
     let port = free_udp_ports(3);
     let mut command = Command::new(script);
     command
         .arg("3")
         .env("TENURE_BIN", env!("CARGO_BIN_EXE_tenure"))
-        .env("TENURE_CLUSTER_DIR", dir.path().join("cluster"))
+        .env("TENURE_CLUSTER_DIR", dir.join("cluster"))
         .env("TENURE_CLUSTER_PORT", port.to_string())
+        .env("TENURE_CLUSTER_METRICS_PORT", free_tcp_ports(3).to_string())
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -125,43 +248,30 @@ fn scripts_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
             Ok(())
         });
     }
-    let mut run = ScriptRun::spawn(command);
+    command
+}
 
-    eprintln!("phase: the script prints the exports");
-    let exports = run.wait_line(|l| l.starts_with("export TENURE_ADMIN_"));
-    let vars: Vec<(String, String)> = exports["export ".len()..]
-        .split_whitespace()
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').expect("KEY=VALUE");
-            assert!(!value.contains('\\'), "a plain value: {exports}");
-            (key.to_string(), value.to_string())
-        })
-        .collect();
-    let keys: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
-    for key in ["ADDR", "NODE", "CA", "CERT", "KEY"] {
-        assert!(
-            keys.contains(&format!("TENURE_ADMIN_{key}").as_str()),
-            "{exports}"
-        );
-    }
-
-    eprintln!("phase: tenure status with them sees three nodes with a session");
+/// `tenure status --json` with the script's exports until `accept` takes it (or 90 s).
+fn wait_status(
+    run: &ScriptRun,
+    vars: &[(String, String)],
+    dir: &Path,
+    what: &str,
+    accept: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut last;
     loop {
         let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .args(["status", "--json"])
             .envs(vars.iter().map(|(k, v)| (k, v)))
-            .current_dir(dir.path())
+            .current_dir(dir)
             .output()
             .expect("running tenure status");
         if out.status.success() {
             let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let live = status["nodes"].as_array().map_or(0, |nodes| {
-                nodes.iter().filter(|n| !n["session"].is_null()).count()
-            });
-            if live == 3 {
-                break;
+            if accept(&status) {
+                return status;
             }
             last = status.to_string();
         } else {
@@ -169,48 +279,94 @@ fn scripts_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
         }
         assert!(
             Instant::now() < deadline,
-            "not three live nodes in time; last answer: {last}\nscript output:\n{}",
+            "not {what} in time; last answer: {last}\nscript output:\n{}",
             run.output()
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
 
-    eprintln!("phase: SIGINT stops every node");
-    let nodes = run.nodes();
-    assert_eq!(nodes.len(), 3, "three tenure processes: {nodes:?}");
-    // SAFETY: kill(2) with the pid of our own child.
-    unsafe { libc::kill(run.child.id() as libc::pid_t, libc::SIGINT) };
-    let status = run.wait_exit(Duration::from_secs(90));
-    assert!(status.success(), "{status:?}\n{}", run.output());
-    assert!(
-        run.output().contains("all nodes stopped"),
-        "{}",
-        run.output()
+fn live_nodes(status: &serde_json::Value) -> usize {
+    status["nodes"].as_array().map_or(0, |nodes| {
+        nodes.iter().filter(|n| !n["session"].is_null()).count()
+    })
+}
+
+/// The owner of `counter/0` if it is owned by a node with a live session.
+fn counter_owner(status: &serde_json::Value) -> Option<String> {
+    let resources = status["resources"].as_array()?;
+    let counter = resources.iter().find(|r| r["name"] == "counter")?;
+    let slot = &counter["slots"][0];
+    let owner = slot["owner"].as_str()?;
+    let live = status["nodes"]
+        .as_array()?
+        .iter()
+        .any(|n| n["name"] == owner && !n["session"].is_null());
+    live.then(|| owner.to_string())
+}
+
+/// `n` consecutive TCP ports on 127.0.0.1 that are free now: the first of them.
+fn free_tcp_ports(n: u16) -> u16 {
+    free_ports(n, |port| {
+        std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+    })
+}
+
+/// `scripts/release --no-image DIR` (issue 28): the binary under its release name and a
+/// checksum file that `sha256sum -c` accepts, both named in what it prints.
+#[test]
+fn scripts_release_writes_the_binary_and_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/release"))
+        .arg("--no-image")
+        .arg(dir.path().join("dist"))
+        .env("TENURE_BIN", env!("CARGO_BIN_EXE_tenure"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let arch = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let binary = format!("tenure-{}-{arch}-linux", env!("CARGO_PKG_VERSION"));
+    let dist = dir.path().join("dist");
+    assert_eq!(
+        std::fs::read(dist.join(&binary)).unwrap(),
+        std::fs::read(env!("CARGO_BIN_EXE_tenure")).unwrap()
     );
-    for pid in nodes {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "node {pid} still runs"
-        );
+    for file in [binary.clone(), format!("{binary}.sha256")] {
+        assert!(said.contains(&file), "{said}");
     }
+    let check = Command::new("sha256sum")
+        .args(["-c", &format!("{binary}.sha256")])
+        .current_dir(&dist)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
 }
 
 /// `n` consecutive UDP ports on 127.0.0.1 that are free now: the first of them.
 fn free_udp_ports(n: u16) -> u16 {
+    free_ports(n, |port| {
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+    })
+}
+
+/// `n` consecutive ports that `free` says are free (it binds and lets go), the first port
+/// picked by the system: the first of them.
+fn free_ports(n: u16, free: impl Fn(u16) -> bool) -> u16 {
     for _ in 0..100 {
-        let first = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let base = first.local_addr().unwrap().port();
-        if base.checked_add(n).is_none() {
-            continue;
-        }
-        let rest: Vec<_> = (1..n)
-            .map(|k| std::net::UdpSocket::bind(("127.0.0.1", base + k)))
-            .collect();
-        if rest.iter().all(Result::is_ok) {
+        let base = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if base.checked_add(n).is_some() && (0..n).all(|k| free(base + k)) {
             return base;
         }
     }
-    panic!("no {n} consecutive free UDP ports");
+    panic!("no {n} consecutive free ports");
 }
 
 /// The script running, its output lines collected, and every process it started killed
@@ -236,6 +392,48 @@ impl ScriptRun {
             });
         }
         ScriptRun { child, lines }
+    }
+
+    /// The `export TENURE_ADMIN_*` line's variables.
+    fn exports(&mut self) -> Vec<(String, String)> {
+        let exports = self.wait_line(|l| l.starts_with("export TENURE_ADMIN_"));
+        let vars: Vec<(String, String)> = exports["export ".len()..]
+            .split_whitespace()
+            .map(|pair| {
+                let (key, value) = pair.split_once('=').expect("KEY=VALUE");
+                assert!(!value.contains('\\'), "a plain value: {exports}");
+                (key.to_string(), value.to_string())
+            })
+            .collect();
+        let keys: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+        for key in ["ADDR", "NODE", "CA", "CERT", "KEY"] {
+            assert!(
+                keys.contains(&format!("TENURE_ADMIN_{key}").as_str()),
+                "{exports}"
+            );
+        }
+        vars
+    }
+
+    /// Sends SIGINT (Ctrl-C) and expects the script to stop every node it runs and exit 0.
+    fn interrupt_and_expect_all_stopped(&mut self) {
+        let nodes = self.nodes();
+        assert_eq!(nodes.len(), 3, "three tenure processes: {nodes:?}");
+        // SAFETY: kill(2) with the pid of our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let status = self.wait_exit(Duration::from_secs(90));
+        assert!(status.success(), "{status:?}\n{}", self.output());
+        assert!(
+            self.output().contains("all nodes stopped"),
+            "{}",
+            self.output()
+        );
+        for pid in nodes {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "node {pid} still runs"
+            );
+        }
     }
 
     fn output(&self) -> String {

@@ -1,8 +1,9 @@
 //! `tenure watch` against real nodes: the current owners first, then every ownership
 //! change as the cluster applies it, as text and as JSON lines; across the death of the
 //! node it talks to and a leader change, without losing or repeating a change (checked
-//! against the replicated history `tenure status --json` shows); a resource filter; and
-//! a closed stdout (`tenure watch | head -1`) ends it quietly.
+//! against the replicated history `tenure status --json` shows); a watch on a node that
+//! dies notices within 2 s and moves on; a resource filter; and a closed stdout
+//! (`tenure watch | head -1`) ends it quietly.
 
 mod support;
 
@@ -388,6 +389,60 @@ fn a_watch_survives_its_node_and_the_leader_dying_without_losing_or_repeating_a_
         let stderr = watch.stderr.lock().unwrap().join("\n");
         assert!(stderr.contains("reconnected"), "{stderr}");
     }
+}
+
+/// Issue 28: a watch attached to the owner that is then killed noticed the death only
+/// when QUIC's 10 s idle timeout fired, and printed the failover 10 s late, after a
+/// message meant for actions ("it may or may not have taken effect"). Its keep-alives now
+/// notice a dead node within 2 s (the default TTL), so the slot's move is printed within
+/// a few seconds of the kill, from another member.
+#[test]
+fn a_watch_on_the_owner_that_dies_moves_to_another_member_and_prints_the_failover_soon() {
+    let ttl = Duration::from_secs(2);
+    let mut c = Cluster::builder(3).ttl(ttl).build();
+    let hb = plugins().heartbeat_bytes();
+    c.install_plugin_everywhere("solo", &manifest("solo", 1, "1.0.0"), &hb);
+    c.start();
+    let owner = c.wait_owners("solo", 1, |_| true).remove(0);
+    let o = c.index(&owner.node);
+
+    eprintln!("phase: watch solo on its owner {} only", owner.node);
+    let mut watch = Watch::start(&c, &[o], &["solo", "--json"]);
+    watch.wait_json("the listing", |v| v["listing"] == true);
+
+    eprintln!("phase: kill -9 the owner");
+    let killed = Instant::now();
+    c.kill(o);
+    watch.wait_json("the new owner's grant", |v| {
+        v["listing"] == false && v["event"] == "granted" && v["node"] != owner.node.as_str()
+    });
+    let printed = killed.elapsed();
+    let moved = c
+        .wait_owners("solo", 1, |o| o[0].node != owner.node)
+        .remove(0);
+    eprintln!(
+        "kill -9 -> the watch printed the grant to {}: {printed:?}",
+        moved.node
+    );
+    // The slot moves about one TTL after the last renewal; the watch notices its node's
+    // death within 2 s of silence and asks another member at once. Before, this took
+    // more than 10 s (QUIC's idle timeout); the bound leaves room for a loaded machine.
+    assert!(
+        printed < 3 * ttl,
+        "the watch printed the failover {printed:?} after the kill\nstderr:\n{}",
+        watch.stderr.lock().unwrap().join("\n")
+    );
+    let stderr = watch.stderr.lock().unwrap().join("\n");
+    assert!(
+        stderr.contains(&format!("lost node {}", owner.node))
+            || stderr.contains(&format!("cannot reach node {}", owner.node)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("asking another node"), "{stderr}");
+    assert!(
+        !stderr.contains("may or may not have taken effect"),
+        "a message for actions: {stderr}"
+    );
 }
 
 /// Waits until `tenure status --json` satisfies `accept`; returns it.

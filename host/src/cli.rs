@@ -188,7 +188,7 @@ pub struct RunArgs {
     /// UDP address to listen on, e.g. 127.0.0.1:0 (overrides the config file).
     #[arg(long, env = "TENURE_LISTEN")]
     pub listen: Option<String>,
-    /// Serve the status page (/), /status, Prometheus /metrics, /healthz and /readyz on
+    /// Serve the status page (/), /status, Prometheus /metrics, /livez and /readyz on
     /// this IP:PORT over plain HTTP, or `off` (overrides the config file; default: off).
     #[arg(long, env = "TENURE_METRICS_LISTEN", value_name = "IP:PORT")]
     pub metrics_listen: Option<String>,

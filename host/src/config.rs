@@ -44,7 +44,7 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// The session lease TTL.
     pub ttl: Duration,
-    /// Where to serve `/`, `/status`, `/metrics`, `/healthz` and `/readyz` (plain HTTP);
+    /// Where to serve `/`, `/status`, `/metrics`, `/livez` (`/healthz`) and `/readyz` (plain HTTP);
     /// none: off.
     pub metrics: Option<SocketAddr>,
 }

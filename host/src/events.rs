@@ -14,6 +14,8 @@ pub const NODE_ABORTED: &str = "node.aborted";
 /// its plugins and exits non-zero.
 pub const NODE_FAILED: &str = "node.failed";
 pub const NODE_SHUTDOWN_OVERRUN: &str = "node.shutdown_overrun";
+/// A notification to systemd (`NOTIFY_SOCKET`) could not be sent (`error`); said once.
+pub const NODE_NOTIFY_FAILED: &str = "node.notify_failed";
 pub const CATALOG_REJECTED: &str = "catalog.rejected";
 pub const CATALOG_REMOVED: &str = "catalog.removed";
 /// A manifest setting this node cannot honour was clamped (a stop grace longer than a

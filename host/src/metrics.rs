@@ -1,13 +1,18 @@
-//! The metrics listener: Prometheus `/metrics`, `/healthz`, `/readyz`, the cluster's
+//! The metrics listener: Prometheus `/metrics`, `/livez` (`/healthz`), `/readyz`, the cluster's
 //! status as JSON at `/status`, and a live read-only page at `/`, over plain HTTP/1.1.
 //!
 //! Configured with `[metrics] listen = "127.0.0.1:9464"` (or `TENURE_METRICS_LISTEN`,
 //! `--metrics-listen`); off unless configured. It serves:
 //! - `GET /metrics`: the node's counters and gauges in the Prometheus text format 0.0.4
 //!   (every name starts with `tenure_`; see [`exposition::render`] for the list);
-//! - `GET /healthz`: `200 ok` while the process runs (a liveness probe);
-//! - `GET /readyz`: `200 ready` when the node knows a leader and holds a valid lease,
-//!   else `503` with the reason (a readiness probe: a node that cannot act is not ready);
+//! - `GET /livez` (and its older name `/healthz`): `200 ok` while the process runs (a
+//!   liveness probe). It never looks at the cluster: a probe that restarts a node because
+//!   the cluster has no leader turns a lost quorum into a restart storm (etcd's probes
+//!   in kubeadm learnt this);
+//! - `GET /readyz`: `200 ready` when the node can act ([`Sample::readiness`]: its Raft runs,
+//!   a leader is known, it is a member, its replica has applied what it holds, its plugins
+//!   folder is loaded and it holds a valid lease), else `503` with the reason (a readiness
+//!   probe: a node that cannot act is not ready);
 //! - `GET /status`: what `tenure status --json` shows, from this node's replica (names,
 //!   addresses, labels, plugin digests, slots, tokens, history: nothing secret);
 //! - `GET /`: a page that polls `/status` every second ([`page`]);
@@ -86,7 +91,21 @@ pub struct Sample {
     /// Time left before this node's lease deadline; zero when it passed, `None` before
     /// the first acknowledged renewal.
     pub lease_remaining: Option<Duration>,
+    /// Why this node's Raft stopped (a fatal error: its store failed), if it did.
+    pub raft_stopped: Option<String>,
+    /// Whether this node is in the Raft membership (a voter or a learner).
+    pub member: bool,
+    /// Log entries this node holds that its state has not applied yet.
+    pub unapplied: u64,
+    /// Whether the plugins folder's first scan and its loads have ended (`node.ready`).
+    pub loaded: bool,
+    /// The certificate this node presents in new handshakes: its fingerprint and the end
+    /// of its validity (seconds since the Unix epoch).
+    pub certificate: Option<(String, u64)>,
 }
+
+/// More log entries than this held but not applied, and the replica is behind: not ready.
+pub const MAX_UNAPPLIED: u64 = 100;
 
 impl Sample {
     /// Whether the node has a session whose lease deadline has not passed.
@@ -94,10 +113,30 @@ impl Sample {
         self.session.is_some() && self.lease_remaining.is_some_and(|left| !left.is_zero())
     }
 
-    /// Whether the node can act: a leader known and a valid lease; else why not.
+    /// Whether the node can act, else why not: its Raft runs, it knows a leader, it is a
+    /// member, its replica is caught up with what it received, its plugins folder is
+    /// loaded, and it holds a session whose lease an acknowledged renewal keeps valid.
+    /// (The lease is the strongest of these: a renewal is acknowledged only after a
+    /// quorum round of the current leader, so a node cut off from a majority loses it
+    /// within a TTL.)
     pub fn readiness(&self) -> Result<(), String> {
+        if let Some(cause) = &self.raft_stopped {
+            return Err(format!("the control plane stopped: {cause}"));
+        }
         if self.leader.is_none() {
             return Err("no leader known".into());
+        }
+        if !self.member {
+            return Err("not a member of the cluster yet".into());
+        }
+        if self.unapplied > MAX_UNAPPLIED {
+            return Err(format!(
+                "the replica is behind: {} log entries not applied yet",
+                self.unapplied
+            ));
+        }
+        if !self.loaded {
+            return Err("the plugins folder is still being loaded".into());
         }
         if self.session.is_none() {
             return Err("no session".into());

@@ -1231,6 +1231,37 @@ fn shared_cache_key(path: &Path) {
     let _ = fs::remove_file(&temp);
 }
 
+/// One plain HTTP/1.1 GET to a node's metrics listener: the status code (0 when nothing
+/// answered) and the body. The request asks the server to close, so the answer ends
+/// with the connection.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::Write as _;
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
+        return (0, "(no connection)".into());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .is_err()
+    {
+        return (0, "(the connection closed)".into());
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};

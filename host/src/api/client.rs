@@ -146,6 +146,25 @@ impl AdminClient {
         dial: SocketAddr,
         timeout: Duration,
     ) -> Result<AdminClient, AdminError> {
+        Self::with_idle(
+            files,
+            dial,
+            timeout,
+            TransportConfig::default().idle_timeout,
+        )
+        .await
+    }
+
+    /// [`AdminClient::new`] whose connections are declared dead after `idle` without a
+    /// packet, and so send keep-alives every quarter of it. A watch's long poll waits on
+    /// a node that may have died: QUIC's keep-alives, not the request's bound, are what
+    /// notice that (a killed node sends no close).
+    pub async fn with_idle(
+        files: TlsFiles,
+        dial: SocketAddr,
+        timeout: Duration,
+        idle: Duration,
+    ) -> Result<AdminClient, AdminError> {
         for (what, path, hint) in [
             ("operator certificate", &files.cert, MAKE_ONE),
             ("operator key", &files.key, MAKE_ONE),
@@ -177,6 +196,8 @@ impl AdminClient {
             dial_timeout: (timeout / 2).min(Duration::from_secs(3)),
             // A one-shot client has no use for reloads; keep the watcher quiet.
             reload_interval: Duration::from_secs(60),
+            idle_timeout: idle,
+            keep_alive: idle / 4,
             ..TransportConfig::default()
         };
         let transport = Transport::bind(config, files.clone(), Arc::new(Refuse))

@@ -26,6 +26,13 @@ use crate::terminal::escape;
 /// The pause after a round in which no node answered.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
+/// How long the watch's connection to a node may stay silent (keep-alives every quarter of
+/// it) before the node is taken for dead and the watch asks another: the default lease
+/// TTL, so a watch sees a dead node's slots move about when they do, as etcd's clients
+/// notice a dead endpoint within seconds. (Below this, a node too busy to answer
+/// keep-alives would be left for no reason.)
+const LIVENESS: Duration = Duration::from_secs(2);
+
 /// Runs `tenure watch` until stdout closes or a fatal error.
 pub fn watch(resource: Option<String>, json: bool, conn: Connection) -> anyhow::Result<()> {
     if let Some(resource) = &resource {
@@ -38,8 +45,10 @@ pub fn watch(resource: Option<String>, json: bool, conn: Connection) -> anyhow::
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
         let first = resolve(&targets[0]).await?;
-        // A node holds a request up to HOLD before it answers "nothing new".
-        let client = AdminClient::new(conn.files(), first, conn.timeout + HOLD).await?;
+        // A node holds a request up to HOLD before it answers "nothing new"; keep-alives
+        // notice a dead node within LIVENESS meanwhile.
+        let client =
+            AdminClient::with_idle(conn.files(), first, conn.timeout + HOLD, LIVENESS).await?;
         let outcome = follow(&client, targets, resource.as_deref(), json).await;
         client.close().await;
         outcome
@@ -109,7 +118,8 @@ async fn follow(
                 }
             }
             Err(e) if retryable(&e) => {
-                eprintln!("watch: {e}; trying another node");
+                // A watch only reads: "it may or may not have taken effect" is for actions.
+                eprintln!("watch: {}; asking another node", lost_reason(&e));
                 lost = Some(e.to_string());
                 at = (at + 1) % nodes.len();
                 failed_in_a_row += 1;
@@ -142,6 +152,19 @@ async fn ask(
             node: escape(&target.name).into_owned(),
             reason: format!("a watch was answered with {other:?}"),
         }),
+    }
+}
+
+/// What cut the watch off from a node, in words that fit a read.
+fn lost_reason(e: &AdminError) -> String {
+    match e {
+        AdminError::Interrupted { node, addr, reason } => {
+            format!("lost node {node} at {addr}: {reason}")
+        }
+        AdminError::Unreachable { node, addr, reason } => {
+            format!("cannot reach node {node} at {addr}: {reason}")
+        }
+        other => other.to_string(),
     }
 }
 

@@ -35,6 +35,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// | `tenure_cluster_members`, `tenure_cluster_sessions`, `tenure_cluster_resources`, `tenure_cluster_slots_assigned` | gauge | |
 /// | `tenure_slots_owned`, `tenure_plugins_running` | gauge | |
 /// | `tenure_session_open`, `tenure_lease_valid`, `tenure_lease_remaining_seconds`, `tenure_ready` | gauge | |
+/// | `tenure_certificate_expiry_timestamp_seconds` (the node's own certificate: alert on it minus `time()`) | gauge | `fingerprint` |
 pub fn render(sample: &Sample) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SampleCollector(sample.clone())));
@@ -245,12 +246,22 @@ impl Collector for SampleCollector {
             (
                 "tenure_ready",
                 u64::from(sample.readiness().is_ok()),
-                "1 if /readyz answers 200: a leader known and a valid lease.",
+                "1 if /readyz answers 200: Raft runs, a leader known, a member caught up, plugins loaded, a valid lease.",
             ),
         ];
         for (name, value, help) in gauges {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        if let Some((fingerprint, not_after)) = &sample.certificate {
+            let mut metric = encoder.encode_descriptor(
+                "tenure_certificate_expiry_timestamp_seconds",
+                "When the certificate this node presents expires (seconds since the Unix epoch).",
+                None,
+                MetricType::Gauge,
+            )?;
+            let labels = [("fingerprint", fingerprint.as_str())];
+            ConstGauge::new(*not_after as i64).encode(metric.encode_family(&labels)?)?;
         }
         let left = ConstGauge::new(sample.lease_remaining.unwrap_or_default().as_secs_f64());
         left.encode(encoder.encode_descriptor(

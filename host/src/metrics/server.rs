@@ -174,7 +174,8 @@ impl Routes {
                     exposition::CONTENT_TYPE,
                 )
             }
-            "/healthz" => plain(StatusCode::OK, "ok\n"),
+            // Liveness: the process answers. `/healthz` is its older name.
+            "/livez" | "/healthz" => plain(StatusCode::OK, "ok\n"),
             "/readyz" => match self.probe.sample().readiness() {
                 Ok(()) => plain(StatusCode::OK, "ready\n"),
                 Err(reason) => plain(
@@ -206,7 +207,7 @@ impl Routes {
             }
             _ => plain(
                 StatusCode::NOT_FOUND,
-                "not found: try /, /status, /metrics, /healthz or /readyz\n",
+                "not found: try /, /status, /metrics, /livez or /readyz\n",
             ),
         }
     }

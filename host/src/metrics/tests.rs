@@ -71,6 +71,11 @@ fn ready_sample() -> Sample {
         plugins_running: 1,
         session: Some(9),
         lease_remaining: Some(Duration::from_millis(1500)),
+        raft_stopped: None,
+        member: true,
+        unapplied: 3,
+        loaded: true,
+        certificate: Some(("sha256:ab".into(), 1_900_000_000)),
     }
 }
 
@@ -97,6 +102,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_lease_valid 1",
         "tenure_ready 1",
         "tenure_lease_remaining_seconds 1.5",
+        "tenure_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:ab\"} 1900000000",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -119,7 +125,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
 }
 
 #[test]
-fn readiness_needs_a_leader_a_session_and_time_left() {
+fn readiness_needs_raft_a_leader_membership_a_caught_up_replica_plugins_and_a_lease() {
     assert!(ready_sample().readiness().is_ok());
     let reason = |change: fn(&mut Sample)| {
         let mut sample = ready_sample();
@@ -127,6 +133,13 @@ fn readiness_needs_a_leader_a_session_and_time_left() {
         sample.readiness().unwrap_err()
     };
     assert_eq!(reason(|s| s.leader = None), "no leader known");
+    assert!(reason(|s| s.raft_stopped = Some("disk full".into())).contains("stopped: disk full"));
+    assert_eq!(
+        reason(|s| s.member = false),
+        "not a member of the cluster yet"
+    );
+    assert!(reason(|s| s.unapplied = MAX_UNAPPLIED + 1).contains("replica is behind"));
+    assert!(reason(|s| s.loaded = false).contains("plugins folder"));
     assert_eq!(reason(|s| s.session = None), "no session");
     assert!(reason(|s| s.lease_remaining = None).contains("acknowledged"));
     assert!(reason(|s| s.lease_remaining = Some(Duration::ZERO)).contains("passed"));
@@ -164,8 +177,11 @@ async fn every_path_answers_and_bad_requests_do_not_stop_it() {
         .unwrap();
     let addr = server.local_addr();
 
-    let healthz = get(addr, "/healthz").await;
-    assert_eq!((status(&healthz), body(&healthz)), ("200", "ok\n"));
+    // Liveness says nothing of the cluster: 200 while no leader is known.
+    for path in ["/livez", "/healthz"] {
+        let live = get(addr, path).await;
+        assert_eq!((status(&live), body(&live)), ("200", "ok\n"), "{path}");
+    }
     let readyz = get(addr, "/readyz").await;
     assert_eq!(status(&readyz), "503", "{readyz}");
     assert!(body(&readyz).contains("no leader known"), "{readyz}");

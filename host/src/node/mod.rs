@@ -22,6 +22,7 @@ mod datadir;
 mod grants;
 mod handoff;
 mod leader;
+mod notify;
 mod owner;
 mod plugins;
 mod preflight;
@@ -254,6 +255,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut plugins = folder.plugins();
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
+    let mut systemd = notify::Notifier::from_env();
 
     // `node.ready` is said once the initial scan is done and its loads have ended.
     let (mut scanned, mut ready) = (false, false);
@@ -314,7 +316,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if scanned && !ready && !folder.loading() {
             ready = true;
             tracing::info!(event = events::NODE_READY, node = %config.name, plugins = folder.len(), "node ready");
+            metrics_probe.set_loaded();
         }
+        // READY=1 once the node is ready as /readyz means it (node.ready included).
+        if ready && !systemd.ready_sent() && metrics_probe.ready() {
+            systemd.ready();
+        }
+        systemd.tick();
         owner.reconcile(&plugins, true).await;
         metrics_probe.set_running(owner.running());
         let now_revoked: BTreeSet<String> = shared.read(|c| c.revoked.keys().cloned().collect());
@@ -325,6 +333,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
 
     tracing::info!(event = events::NODE_STOPPING, node = %config.name, "shutting down: handing every slot over");
+    systemd.stopping();
     watcher.abort();
     advertiser.abort();
     folder.abandon().await;

@@ -1,12 +1,16 @@
 //! What the metrics endpoint reads from a node ([`crate::metrics::Probe`]).
 //!
 //! Everything is read fresh on each scrape from what the node already keeps: the RPC
-//! endpoint's counters, Raft's metrics, the local replica of the cluster state and the
-//! lease. `/status` is the operator's `tenure status`, built by the same function. The one value the node pushes is the number of running supervisors, which only
-//! the owner loop knows; it is stored after each reconciliation (at least once a second).
+//! endpoint's counters, Raft's metrics (whether Raft runs, the membership, the log
+//! entries held but not yet applied), the local replica of the cluster state and the
+//! lease; `/readyz` judges the same sample (`Sample::readiness`). `/status` is the
+//! operator's `tenure status`, built by the same function. The values the node pushes are
+//! the number of running supervisors, which only the owner loop knows (stored after each
+//! reconciliation, at least once a second), and whether its plugins folder's first scan
+//! and loads have ended (`node.ready`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::NodeError;
@@ -19,6 +23,8 @@ use crate::raft::{APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
 pub struct NodeProbe {
     shared: Arc<Shared>,
     running: AtomicUsize,
+    /// Whether `node.ready` was said: the plugins folder's first scan and loads ended.
+    loaded: AtomicBool,
 }
 
 impl NodeProbe {
@@ -26,7 +32,18 @@ impl NodeProbe {
         Self {
             shared,
             running: AtomicUsize::new(0),
+            loaded: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the node is ready as `/readyz` says it (for systemd's READY=1).
+    pub fn ready(&self) -> bool {
+        self.sample().readiness().is_ok()
+    }
+
+    /// Records that the plugins folder's first scan and its loads have ended.
+    pub fn set_loaded(&self) {
+        self.loaded.store(true, Ordering::Relaxed);
     }
 
     /// Records how many supervisors run, after a reconciliation.
@@ -57,6 +74,24 @@ impl Probe for NodeProbe {
         let me = shared.me.as_str();
         let session = shared.session();
         let deadline = *shared.deadline().borrow();
+        let (raft_stopped, unapplied) = {
+            let raft = control.metrics();
+            let raft = raft.borrow();
+            let applied = raft.last_applied.map_or(0, |id| id.index);
+            (
+                raft.running_state
+                    .as_ref()
+                    .err()
+                    .map(|fatal| fatal.to_string()),
+                raft.last_log_index.unwrap_or(0).saturating_sub(applied),
+            )
+        };
+        let member = members.voters.contains_key(me) || members.learners.contains_key(me);
+        let tls = rpc.transport().tls_info();
+        let not_after = tls
+            .not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut sample = Sample {
             node: shared.me.clone(),
             rpc: rpc
@@ -76,6 +111,11 @@ impl Probe for NodeProbe {
             plugins_running: self.running.load(Ordering::Relaxed),
             session,
             lease_remaining: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            raft_stopped,
+            member,
+            unapplied,
+            loaded: self.loaded.load(Ordering::Relaxed),
+            certificate: Some((tls.fingerprint, not_after)),
             ..Sample::default()
         };
         shared.read(|c| {
@@ -113,7 +153,7 @@ pub async fn serve(
     tracing::info!(
         event = events::METRICS_LISTENING,
         addr = %server.local_addr(),
-        "metrics on http://{}/metrics (also /, /status, /healthz, /readyz)",
+        "metrics on http://{}/metrics (also /, /status, /livez, /readyz)",
         server.local_addr()
     );
     Ok(Some(server))

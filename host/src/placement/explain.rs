@@ -2,8 +2,9 @@
 //!
 //! An operator reading "pending" needs to know what to change: start a node, upgrade a
 //! plugin file, add a label, undrain, wait for a cooldown, or lower the tickets. So the
-//! reason names the winning build and then, grouped by cause, every node that has the
-//! plugin and why it cannot take the slot.
+//! reason names the winning build and then, grouped by cause, every live node and why it
+//! cannot take the slot: it holds one already, drains, lacks labels, cools down, is full,
+//! has another build, or has no plugin for the resource at all.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -36,10 +37,19 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
             full.push((name, i, dimension));
         }
     }
+    // Live nodes that advertise no build of the resource at all: the plugin file is not in
+    // their folder (or did not load there; their own log says why).
+    let without: Vec<&str> = (0..view.nodes.len())
+        .filter(|&i| !win.runs(i) && win.others.binary_search(&i).is_err())
+        .map(|i| view.nodes[i].name)
+        .collect();
     let mut clauses = Vec::new();
     if !holding.is_empty() {
-        let only =
-            draining.is_empty() && lacking.is_empty() && cooling.is_empty() && full.is_empty();
+        let only = draining.is_empty()
+            && lacking.is_empty()
+            && cooling.is_empty()
+            && full.is_empty()
+            && without.is_empty();
         clauses.push(if only {
             format!(
                 "every eligible node already holds a slot of {resource} ({}): {} tickets, {} \
@@ -97,6 +107,14 @@ pub(super) fn pending(view: &View<'_>, resource: &str, win: &Win<'_>) -> String 
             clauses.push(format!("{} has {what}, not the winning build", node.name));
         }
     }
+    if !without.is_empty() {
+        let verb = verb(without.len(), "has", "have");
+        clauses.push(format!(
+            "{} {verb} no plugin for {resource} in {} plugins folder",
+            some_of(&without),
+            if without.len() == 1 { "its" } else { "their" }
+        ));
+    }
     let down: Vec<&str> = view
         .cluster
         .members
@@ -147,6 +165,19 @@ fn missing(view: &View<'_>, i: usize, win: &Win<'_>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Up to eight names, then how many more (a cluster of forty nodes need not be listed).
+fn some_of(names: &[&str]) -> String {
+    const SHOWN: usize = 8;
+    if names.len() <= SHOWN {
+        return names.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        names[..SHOWN].join(", "),
+        names.len() - SHOWN
+    )
 }
 
 fn verb<'v>(count: usize, one: &'v str, many: &'v str) -> &'v str {

@@ -182,6 +182,8 @@ fn a_node_holds_one_slot_of_a_resource_and_the_rest_is_pending() {
         plan
         expect pending r/2 \"every eligible node already holds\"
         node c
+        plan
+        expect pending r/2 \"a has r/0, b has r/1 (a node holds one slot of a resource); c has no plugin for r in its plugins folder\"
         plugin r on c tickets=3
         plan
         expect assign r/2 c

@@ -755,7 +755,11 @@ impl Control {
                     }));
                 }
                 Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
-                    return Err(ControlError::NotLeader(q.to_string()));
+                    // Its Display carries openraft's Debug of the membership (issue 28).
+                    return Err(ControlError::NotLeader(format!(
+                        "no quorum of voters answered the leadership round ({} answered)",
+                        q.got.len()
+                    )));
                 }
                 Ok(Err(OpenRaftError::Fatal(f))) => {
                     return Err(ControlError::Stopped(f.to_string()));
