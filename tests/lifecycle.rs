@@ -111,6 +111,72 @@ fn cooperative_plugin_stops_when_asked_and_cleans_up_on_the_same_instance() {
     );
 }
 
+/// Issue 26: a plugin written async with `wstd` alone waits between requests in
+/// `wasi:io/poll` (a monotonic-clock pollable), not in the host's `sleep`. A stop request
+/// must end that wait at once, so the plugin sees `stop-requested` and returns: outcome
+/// `stopped`, and `cleanup` on the same instance, long before its 5 s wait would end.
+#[test]
+fn async_plugin_blocked_in_poll_stops_when_asked_and_cleans_up_on_the_same_instance() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("wstd-poller");
+    node.install(
+        "poller.toml",
+        format!(
+            "resource = \"poller\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/poll\", INTERVAL_MS = \"5000\" }}\n",
+            base = server.base()
+        ),
+    );
+    node.install("poller.wasm", plugins().wstd_poller_bytes());
+    node.spawn();
+
+    eprintln!("phase: the plugin starts, makes its first request and waits 5 s in poll");
+    let start = node.wait_for("poller started", started("poller"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the first request's log line",
+        log_exact("poller", "request seq=1 status=200"),
+        WAIT,
+    );
+    let first = server.wait_for(1, WAIT).remove(0);
+    assert_eq!(
+        first.header("tenure-token"),
+        Some(t.to_string().as_str()),
+        "{first:?}"
+    );
+
+    eprintln!("phase: SIGINT asks it to stop while it waits");
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        of_token("plugin.stopped", "poller", t),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    node.wait_for(
+        "the plugin's own return",
+        log_exact("poller", "stop requested: returning"),
+        WAIT,
+    );
+    node.wait_for(
+        "the plugin's cleanup log line",
+        log_exact("poller", "cleanup reason=shutdown fresh_instance=false"),
+        WAIT,
+    );
+    let events = finish(&mut node);
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the plugin made another request after its wait was ended by the stop"
+    );
+    assert_eq!(
+        all(&events, of_token("plugin.cleanup", "poller", t)).count(),
+        1,
+        "cleanup ran once"
+    );
+}
+
 #[test]
 fn busy_loop_is_interrupted_and_cleaned_up_on_a_fresh_instance() {
     let mut node = Node::new("busy");

@@ -67,6 +67,9 @@ pub struct Plugins {
     pub misbehave: PathBuf,
     /// The `webhook` example: POSTs its lease to `TARGET_URL` every `INTERVAL_MS`.
     pub webhook: PathBuf,
+    /// The `wstd-poller` fixture: async with `wstd` alone, GETs `TARGET_URL` and waits
+    /// `INTERVAL_MS` in `wasi:io/poll` between requests.
+    pub wstd_poller: PathBuf,
 }
 
 impl Plugins {
@@ -84,6 +87,10 @@ impl Plugins {
 
     pub fn webhook_bytes(&self) -> Vec<u8> {
         read(&self.webhook)
+    }
+
+    pub fn wstd_poller_bytes(&self) -> Vec<u8> {
+        read(&self.wstd_poller)
     }
 }
 
@@ -117,6 +124,8 @@ pub fn plugins() -> &'static Plugins {
                 "misbehave",
                 "-p",
                 "webhook",
+                "-p",
+                "wstd-poller",
             ])
             .current_dir(workspace)
             .env("CARGO_TARGET_DIR", &target_dir)
@@ -137,12 +146,14 @@ pub fn plugins() -> &'static Plugins {
             counter: dir.join("counter.wasm"),
             misbehave: dir.join("misbehave.wasm"),
             webhook: dir.join("webhook.wasm"),
+            wstd_poller: dir.join("wstd_poller.wasm"),
         };
         for path in [
             &plugins.heartbeat,
             &plugins.counter,
             &plugins.misbehave,
             &plugins.webhook,
+            &plugins.wstd_poller,
         ] {
             assert!(path.is_file(), "cargo built no {}", path.display());
         }
