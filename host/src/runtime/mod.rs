@@ -20,7 +20,11 @@
 //! - **Time.** Every store has an epoch deadline of one tick. At each tick a running plugin
 //!   yields to the executor (so a busy loop cannot starve other plugins) and, once its
 //!   [`Signals`] say interrupt, traps. Host calls are async and never block past a stop
-//!   request, so an interrupt always lands within about one tick.
+//!   request: the host's `sleep` and every monotonic-clock timer (what async guests wait
+//!   on in `wasi:io/poll`) end at a stop request and at the trap time (`clocks.rs`), so
+//!   a guest waiting on timers returns or is interrupted within about one tick. A guest
+//!   blocked on something else (a socket read in poll) is cut off by the supervisor's
+//!   backstop, which drops the call.
 //! - **Instances.** The pooling allocator pre-reserves slots for instances, memories and
 //!   stacks, which makes instantiation cheap; if the machine refuses the reservation the
 //!   runtime falls back to on-demand allocation and says so.
@@ -30,6 +34,7 @@
 
 mod bindings;
 mod cache;
+mod clocks;
 mod compiler;
 mod core_instances;
 mod env;
@@ -350,6 +355,7 @@ impl Runtime {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         tcp::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        clocks::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         guest_data::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
