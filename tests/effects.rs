@@ -159,6 +159,80 @@ fn a_host_not_listed_gets_nothing_and_the_plugin_sees_the_refusal() {
     assert!(other.requests().is_empty(), "{:?}", other.requests());
 }
 
+/// Issue 26: plugins built against `tenure:plugin@0.1.0` (the `counter` and `webhook`
+/// examples as built before 0.2.0, checked in under tests/fixtures/plugin-0.1.0) run
+/// unchanged on this host: the webhook's requests carry its grant's token, the counter
+/// saves its count through the 0.1.0 `state` import, and both stop cooperatively and
+/// clean up with the right reason.
+#[test]
+fn plugins_built_for_0_1_0_run_unchanged() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/plugin-0.1.0");
+    let fixture = |name: &str| std::fs::read(fixtures.join(name)).unwrap();
+    let server = Recorder::start();
+    let mut node = Node::new("v0-1-0");
+    node.install(
+        "webhook.toml",
+        format!(
+            "resource = \"webhook\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"100\" }}\n",
+            base = server.base()
+        ),
+    );
+    node.install("webhook.wasm", fixture("webhook.wasm"));
+    node.install(
+        "counter.toml",
+        format!("resource = \"counter\"\n\n[limits]\n{FAST_LIMITS}"),
+    );
+    node.install("counter.wasm", fixture("counter.wasm"));
+    node.spawn();
+
+    eprintln!("phase: the 0.1.0 webhook posts, fenced by its token");
+    let webhook = node.wait_for("webhook started", started("webhook"), WAIT);
+    let t = token(&webhook);
+    for request in server.wait_for(3, WAIT) {
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+        assert_eq!(request.json()["token"], t, "{request:?}");
+    }
+
+    eprintln!("phase: the 0.1.0 counter loads and saves its count");
+    let counter = node.wait_for("counter started", started("counter"), WAIT);
+    let c = token(&counter);
+    node.wait_for(
+        "the counter's third count",
+        log_exact("counter", &format!("count=3 token={c}")),
+        WAIT,
+    );
+
+    eprintln!("phase: both stop when asked and clean up on their instance");
+    shut_down(&mut node);
+    let events = node.events();
+    for (resource, token) in [("webhook", t), ("counter", c)] {
+        let stopped = events
+            .iter()
+            .find(|e| {
+                is("plugin.stopped")
+                    .with("resource", resource)
+                    .with("token", token)
+                    .matches(e)
+            })
+            .unwrap_or_else(|| panic!("no plugin.stopped for {resource}\n{}", node.tail()));
+        assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| log_exact("counter", "cleanup reason=CleanupReason::Shutdown")(e)),
+        "the 0.1.0 counter's cleanup did not see reason shutdown\n{}",
+        node.tail()
+    );
+}
+
 #[test]
 fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     let mut node = Node::new("missing-secret");

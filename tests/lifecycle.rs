@@ -177,6 +177,40 @@ fn async_plugin_blocked_in_poll_stops_when_asked_and_cleans_up_on_the_same_insta
     );
 }
 
+/// Issue 26: `host.subscribe-stop` (0.2.0) gives a pollable that becomes ready on a stop
+/// request: a plugin blocked in `wasi:io/poll` on it alone returns cooperatively.
+#[test]
+fn a_plugin_waiting_on_the_stop_pollable_returns_when_asked() {
+    let mut node = Node::new("wait-stop");
+    node.install_fixture("wait-stop", FAST_LIMITS);
+    node.spawn();
+    let start = node.wait_for("wait-stop started", started("wait-stop"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the start log line",
+        log_starting("wait-stop", "start behaviour=wait-stop"),
+        WAIT,
+    );
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        of_token("plugin.stopped", "wait-stop", t),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    node.wait_for(
+        "the plugin's log line after its wait",
+        log_exact("wait-stop", "stop pollable ready"),
+        WAIT,
+    );
+    node.wait_for(
+        "cleanup on the same instance",
+        log_exact("wait-stop", "cleanup reason=shutdown fresh_instance=false"),
+        WAIT,
+    );
+    finish(&mut node);
+}
+
 #[test]
 fn busy_loop_is_interrupted_and_cleaned_up_on_a_fresh_instance() {
     let mut node = Node::new("busy");

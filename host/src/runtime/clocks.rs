@@ -131,6 +131,18 @@ fn timer(state: &mut HostState, nanos: u64) -> wasmtime::Result<Resource<DynPoll
     subscribe(&mut state.table, timer)
 }
 
+/// The pollable of `host.subscribe-stop`: ready once the instance is asked to stop or
+/// its trap time comes (a timer that never elapses).
+pub(super) fn stop_pollable(state: &mut HostState) -> wasmtime::Result<Resource<DynPollable>> {
+    let stop = StoppableTimer {
+        ctx: state.ctx.clone(),
+        end: None,
+        yield_first: false,
+    };
+    let stop = state.table.push(stop)?;
+    subscribe(&mut state.table, stop)
+}
+
 /// A monotonic-clock timer that is also ready once the instance is asked to stop or its
 /// trap time comes ([`wait`]).
 struct StoppableTimer {

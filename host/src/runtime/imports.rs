@@ -1,4 +1,6 @@
-//! Tenure's host imports: `lease`, `sleep`, `stop-requested`, `log` and `state`.
+//! Tenure's host imports: `lease`, `sleep`, `stop-requested`, `subscribe-stop`, `log` and
+//! `state`, written once, for the newest served version of `tenure:plugin` (0.2.0);
+//! `versions.rs` adapts them to the older ones.
 //!
 //! `sleep` never outlives a stop request (nor any other wait of the instance: clocks.rs),
 //! and `state` calls are bounded by the backend, so a plugin inside a host call can
@@ -6,9 +8,12 @@
 
 use std::time::Duration;
 
-use super::bindings::tenure::plugin::host::{self, Level, Wake};
-use super::bindings::tenure::plugin::state;
-use super::bindings::tenure::plugin::types::{self, Lease};
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::DynPollable;
+
+use super::bindings::v0_2::tenure::plugin::host::{self, Level, Wake};
+use super::bindings::v0_2::tenure::plugin::ownership::{self, Lease};
+use super::bindings::v0_2::tenure::plugin::state;
 use super::clocks::Waited;
 use super::output::{self, Stream};
 use super::store::HostState;
@@ -18,7 +23,7 @@ use crate::ownership::Grant;
 /// The longest single sleep; a plugin wanting longer sleeps again.
 const MAX_SLEEP: Duration = Duration::from_secs(24 * 3600);
 
-impl types::Host for HostState {}
+impl ownership::Host for HostState {}
 
 impl host::Host for HostState {
     fn lease(&mut self) -> Lease {
@@ -38,6 +43,11 @@ impl host::Host for HostState {
 
     fn stop_requested(&mut self) -> bool {
         self.ctx.signals.stop_requested()
+    }
+
+    fn subscribe_stop(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        // Fails (a trap) only when the instance's resource table is full.
+        super::clocks::stop_pollable(self)
     }
 
     fn log(&mut self, level: Level, message: String) {
