@@ -233,6 +233,102 @@ fn plugins_built_for_0_1_0_run_unchanged() {
     );
 }
 
+/// Issue 26: a plugin written with the Rust SDK (`sdk/rust`: async `start`, wstd's HTTP
+/// client, the SDK's `sleep`) requests every 100 ms; every request carries its grant's
+/// token, a stop ends it cooperatively, and cleanup runs on the same instance. A request
+/// to a host not granted is refused, and `start` fails with the error's message.
+#[test]
+fn a_plugin_written_with_the_rust_sdk_is_fenced_and_stops_when_asked() {
+    let server = Recorder::start();
+    let other = Recorder::start();
+    let mut node = Node::new("sdk-rust");
+    for (resource, target) in [("sdk", server.base()), ("sdk-refused", other.base())] {
+        node.install(
+            &format!("{resource}.toml"),
+            format!(
+                "resource = \"{resource}\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+                 allowed_outbound_hosts = [\"{base}\"]\n\
+                 env = {{ TARGET_URL = \"{target}/sdk\", INTERVAL_MS = \"100\" }}\n",
+                base = server.base()
+            ),
+        );
+        node.install(&format!("{resource}.wasm"), plugins().sdk_poller_bytes());
+    }
+    node.spawn();
+
+    eprintln!("phase: requests every 100 ms, each with the grant's token");
+    let start = node.wait_for("sdk started", started("sdk"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the fifth request's log line",
+        log_exact("sdk", "request seq=5 status=200"),
+        WAIT,
+    );
+    for request in server.wait_for(5, WAIT) {
+        assert_eq!(request.path, "/sdk", "{request:?}");
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+        assert_eq!(
+            request.header("tenure-resource"),
+            Some("sdk"),
+            "{request:?}"
+        );
+    }
+
+    eprintln!("phase: a host not granted: refused, and start fails with a message");
+    let refusal = node.wait_for(
+        "sdk-refused's refusal",
+        is("plugin.effect_refused")
+            .with("resource", "sdk-refused")
+            .f(),
+        WAIT,
+    );
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    let failed = node.wait_for(
+        "sdk-refused's failed start",
+        |e| {
+            is("plugin.stopped")
+                .with("resource", "sdk-refused")
+                .matches(e)
+        },
+        WAIT,
+    );
+    assert_eq!(failed["outcome"], "returned", "{failed}");
+    // wstd's client reports the refusal as the failure of the request body's stream
+    // ("connection reset"), which it sees first; the message is the error's own.
+    assert!(!str_field(&failed, "error").is_empty(), "{failed}");
+    assert!(other.requests().is_empty(), "{:?}", other.requests());
+
+    eprintln!("phase: a stop ends it cooperatively, cleanup on the same instance");
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        |e| {
+            is("plugin.stopped")
+                .with("resource", "sdk")
+                .with("token", t)
+                .matches(e)
+        },
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    node.wait_for(
+        "the plugin's own return",
+        log_exact("sdk", "stop requested: returning"),
+        WAIT,
+    );
+    node.wait_for(
+        "cleanup on the same instance",
+        log_exact("sdk", "cleanup reason=shutdown fresh_instance=false"),
+        WAIT,
+    );
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "the node exited with {status}");
+}
+
 #[test]
 fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     let mut node = Node::new("missing-secret");

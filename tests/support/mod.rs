@@ -70,6 +70,9 @@ pub struct Plugins {
     /// The `wstd-poller` fixture: async with `wstd` alone, GETs `TARGET_URL` and waits
     /// `INTERVAL_MS` in `wasi:io/poll` between requests.
     pub wstd_poller: PathBuf,
+    /// The `sdk-poller` fixture: written with the Rust SDK (`sdk/rust`), GETs
+    /// `TARGET_URL` every `INTERVAL_MS` (default 100).
+    pub sdk_poller: PathBuf,
 }
 
 impl Plugins {
@@ -91,6 +94,10 @@ impl Plugins {
 
     pub fn wstd_poller_bytes(&self) -> Vec<u8> {
         read(&self.wstd_poller)
+    }
+
+    pub fn sdk_poller_bytes(&self) -> Vec<u8> {
+        read(&self.sdk_poller)
     }
 }
 
@@ -126,6 +133,8 @@ pub fn plugins() -> &'static Plugins {
                 "webhook",
                 "-p",
                 "wstd-poller",
+                "-p",
+                "sdk-poller",
             ])
             .current_dir(workspace)
             .env("CARGO_TARGET_DIR", &target_dir)
@@ -147,6 +156,7 @@ pub fn plugins() -> &'static Plugins {
             misbehave: dir.join("misbehave.wasm"),
             webhook: dir.join("webhook.wasm"),
             wstd_poller: dir.join("wstd_poller.wasm"),
+            sdk_poller: dir.join("sdk_poller.wasm"),
         };
         for path in [
             &plugins.heartbeat,
@@ -154,6 +164,7 @@ pub fn plugins() -> &'static Plugins {
             &plugins.misbehave,
             &plugins.webhook,
             &plugins.wstd_poller,
+            &plugins.sdk_poller,
         ] {
             assert!(path.is_file(), "cargo built no {}", path.display());
         }
