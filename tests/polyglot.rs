@@ -251,6 +251,106 @@ impl tenure::runtime::StateBackend for NoState {
 /// the ones the pooling allocator counts: for the Rust, Python and JavaScript counters,
 /// a pool with room for exactly two instances' core instances (and plenty of everything
 /// else) takes two instances and refuses the third. Prints each footprint.
+/// Installs `plugins/sdk-js` as `resource` with `env` (TOML inline-table entries) and a
+/// grant to `server`.
+fn install_sdk_js(node: &Node, resource: &str, server: &support::recorder::Recorder, env: &str) {
+    node.install(
+        &format!("{resource}.toml"),
+        format!(
+            "resource = \"{resource}\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/js\", {env} }}\n",
+            base = server.base()
+        )
+        .replace("memory = \"16MiB\"", "memory = \"64MiB\""),
+    );
+    node.install(
+        &format!("{resource}.wasm"),
+        std::fs::read(&polyglot_plugins().sdk_js).expect("the built plugin"),
+    );
+}
+
+/// Issue 26: a JavaScript plugin written with the SDK (`sdk/js/tenure.js`: an async
+/// `start`, `fetch`, the SDK's `sleep` over `setTimeout`) requests every 100 ms; every
+/// request carries its grant's token, a stop ends it cooperatively (its pending timer ends
+/// at once), and cleanup runs on the same instance.
+#[test]
+fn javascript_sdk_plugin_is_fenced_and_stops_when_asked() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("sdk-js");
+    node.share_compile_cache(&polyglot_plugins().compile_cache);
+    install_sdk_js(&node, "sdk-js", &server, "INTERVAL_MS = \"100\"");
+    node.spawn();
+
+    let start = node.wait_for("the plugin to start", started("sdk-js"), COMPILE_WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the fifth request's log line",
+        log_exact("sdk-js", "request seq=5 status=200"),
+        WAIT,
+    );
+    for request in server.wait_for(5, WAIT) {
+        assert_eq!(request.path, "/js", "{request:?}");
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+    }
+
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        |e| {
+            is("plugin.stopped")
+                .with("resource", "sdk-js")
+                .with("token", t)
+                .matches(e)
+        },
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    node.wait_for(
+        "the plugin's own return",
+        log_exact("sdk-js", "stop requested: returning"),
+        WAIT,
+    );
+    node.wait_for(
+        "cleanup on the same instance",
+        log_exact("sdk-js", "cleanup reason=shutdown fresh_instance=false"),
+        WAIT,
+    );
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "the node exited with {status}");
+}
+
+/// Issue 26: a JavaScript plugin that throws an `Error` from its async `start` (through
+/// the SDK's `task`) reports the error's message in `plugin.stopped`; without the SDK the
+/// throw trapped and the message was lost.
+#[test]
+fn javascript_sdk_plugin_that_throws_an_error_reports_its_message() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("sdk-js-throws");
+    node.share_compile_cache(&polyglot_plugins().compile_cache);
+    install_sdk_js(
+        &node,
+        "sdk-js-throws",
+        &server,
+        "THROW = \"the downstream said no\"",
+    );
+    node.spawn();
+    let stopped = node.wait_for(
+        "the failed start's plugin.stopped",
+        is("plugin.stopped").with("resource", "sdk-js-throws").f(),
+        COMPILE_WAIT,
+    );
+    assert_eq!(stopped["outcome"], "returned", "{stopped}");
+    assert_eq!(stopped["error"], "the downstream said no", "{stopped}");
+    node.signal(libc::SIGINT);
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "the node exited with {status}");
+}
+
 #[test]
 fn the_core_instances_counted_at_load_are_the_ones_the_pool_counts() {
     use std::sync::Arc;

@@ -181,6 +181,8 @@ pub struct PolyglotPlugins {
     pub counter_py: PathBuf,
     /// `plugins/counter-js`, built with componentize-js's defaults.
     pub counter_js: PathBuf,
+    /// `plugins/sdk-js`, written with the JavaScript SDK (`sdk/js/tenure.js`).
+    pub sdk_js: PathBuf,
     /// A compile cache for nodes to share ([`Node::share_compile_cache`]): these
     /// components take seconds to compile, so only the first node pays for it.
     pub compile_cache: PathBuf,
@@ -231,6 +233,7 @@ pub fn polyglot_plugins() -> &'static PolyglotPlugins {
         let plugins = PolyglotPlugins {
             counter_py: build("counter-py"),
             counter_js: build("counter-js"),
+            sdk_js: build("sdk-js"),
             compile_cache: dir.join("compile-cache"),
         };
         fs::create_dir_all(&plugins.compile_cache).expect("creating the shared compile cache");
@@ -239,7 +242,7 @@ pub fn polyglot_plugins() -> &'static PolyglotPlugins {
     })
 }
 
-/// Runs one node that loads both components into the shared compile cache, so that the
+/// Runs one node that loads the components into the shared compile cache, so that the
 /// tests' nodes (five at once) do not all compile them side by side on a cold cache.
 fn warm_compile_cache(plugins: &PolyglotPlugins) {
     let started = Instant::now();
@@ -247,9 +250,10 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
     node.share_compile_cache(&plugins.compile_cache);
     node.install("warm-py.wasm", read(&plugins.counter_py));
     node.install("warm-js.wasm", read(&plugins.counter_js));
+    node.install("warm-sdk-js.wasm", read(&plugins.sdk_js));
     node.spawn();
     node.wait_for(
-        "the initial scan to load both components",
+        "the initial scan to load the components",
         is("node.ready").f(),
         Duration::from_secs(180),
     );
@@ -263,8 +267,8 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
         .collect();
     assert_eq!(
         loaded.len(),
-        2,
-        "both components load: {loaded:?}\n{}",
+        3,
+        "every component loads: {loaded:?}\n{}",
         node.tail()
     );
     eprintln!(
