@@ -183,6 +183,8 @@ pub struct PolyglotPlugins {
     pub counter_js: PathBuf,
     /// `plugins/sdk-js`, written with the JavaScript SDK (`sdk/js/tenure.js`).
     pub sdk_js: PathBuf,
+    /// `plugins/sdk-py`, written with the Python SDK (`sdk/python/tenure.py`).
+    pub sdk_py: PathBuf,
     /// A compile cache for nodes to share ([`Node::share_compile_cache`]): these
     /// components take seconds to compile, so only the first node pays for it.
     pub compile_cache: PathBuf,
@@ -234,6 +236,7 @@ pub fn polyglot_plugins() -> &'static PolyglotPlugins {
             counter_py: build("counter-py"),
             counter_js: build("counter-js"),
             sdk_js: build("sdk-js"),
+            sdk_py: build("sdk-py"),
             compile_cache: dir.join("compile-cache"),
         };
         fs::create_dir_all(&plugins.compile_cache).expect("creating the shared compile cache");
@@ -251,6 +254,7 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
     node.install("warm-py.wasm", read(&plugins.counter_py));
     node.install("warm-js.wasm", read(&plugins.counter_js));
     node.install("warm-sdk-js.wasm", read(&plugins.sdk_js));
+    node.install("warm-sdk-py.wasm", read(&plugins.sdk_py));
     node.spawn();
     node.wait_for(
         "the initial scan to load the components",
@@ -267,7 +271,7 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
         .collect();
     assert_eq!(
         loaded.len(),
-        3,
+        4,
         "every component loads: {loaded:?}\n{}",
         node.tail()
     );
