@@ -329,6 +329,43 @@ fn a_plugin_written_with_the_rust_sdk_is_fenced_and_stops_when_asked() {
     assert!(status.success(), "the node exited with {status}");
 }
 
+/// Issue 26: a raw socket to a host the manifest grants for HTTP only is refused like any
+/// host not granted (`not-allowed`), and the refusal says to send HTTP through wasi:http,
+/// which the host fences (a socket would carry no `tenure-token`).
+#[test]
+fn a_socket_to_a_host_granted_for_http_only_is_refused_with_a_hint() {
+    let server = support::recorder::LineServer::start();
+    let port = server.port();
+    let mut node = Node::new("http-only");
+    node.install(
+        "tcp-hold.toml",
+        format!(
+            "resource = \"tcp-hold\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"http://localhost:{port}\"]\n\
+             env = {{ TCP_TARGET = \"localhost:{port}\" }}\n"
+        ),
+    );
+    node.install("tcp-hold.wasm", plugins().misbehave_bytes());
+    node.spawn();
+    let refusal = node.wait_for(
+        "the socket's refusal",
+        is("plugin.effect_refused").with("resource", "tcp-hold").f(),
+        WAIT,
+    );
+    assert_eq!(refusal["effect"], "tcp", "{refusal}");
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    assert!(
+        message(&refusal).contains("granted for HTTP only")
+            && message(&refusal).contains("wasi:http"),
+        "{refusal}"
+    );
+    assert!(
+        server.connections().is_empty(),
+        "the socket reached the host"
+    );
+    shut_down(&mut node);
+}
+
 #[test]
 fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     let mut node = Node::new("missing-secret");

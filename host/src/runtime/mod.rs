@@ -187,6 +187,16 @@ impl Granted {
             .any(|entry| entry.matches(scheme, host, port))
     }
 
+    /// Whether `host` is granted for HTTP (`http://`, `https://`) on some port but for
+    /// TCP on none: a socket to it is refused with a hint to use wasi:http.
+    pub fn http_only(&self, host: &str) -> bool {
+        self.tcp_ports(host).is_empty()
+            && self
+                .outbound
+                .iter()
+                .any(|e| e.scheme != Scheme::Tcp && e.matches(e.scheme, host, e.port))
+    }
+
     /// Whether any `tcp://` entry is granted (else the instance may not create a TCP
     /// socket at all).
     pub fn tcp(&self) -> bool {
