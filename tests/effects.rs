@@ -245,11 +245,12 @@ fn a_plugin_written_with_the_rust_sdk_is_fenced_and_stops_when_asked() {
     for (resource, target) in [("sdk", server.base()), ("sdk-refused", other.base())] {
         node.install(
             &format!("{resource}.toml"),
-            format!(
-                "resource = \"{resource}\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
-                 allowed_outbound_hosts = [\"{base}\"]\n\
-                 env = {{ TARGET_URL = \"{target}/sdk\", INTERVAL_MS = \"100\" }}\n",
-                base = server.base()
+            requesting_manifest(
+                resource,
+                "16MiB",
+                &server.base(),
+                &format!("{target}/sdk"),
+                "INTERVAL_MS = \"100\"",
             ),
         );
         node.install(&format!("{resource}.wasm"), plugins().sdk_poller_bytes());
@@ -303,30 +304,7 @@ fn a_plugin_written_with_the_rust_sdk_is_fenced_and_stops_when_asked() {
     assert!(other.requests().is_empty(), "{:?}", other.requests());
 
     eprintln!("phase: a stop ends it cooperatively, cleanup on the same instance");
-    node.signal(libc::SIGINT);
-    let stopped = node.wait_for(
-        "plugin.stopped",
-        |e| {
-            is("plugin.stopped")
-                .with("resource", "sdk")
-                .with("token", t)
-                .matches(e)
-        },
-        WAIT,
-    );
-    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
-    node.wait_for(
-        "the plugin's own return",
-        log_exact("sdk", "stop requested: returning"),
-        WAIT,
-    );
-    node.wait_for(
-        "cleanup on the same instance",
-        log_exact("sdk", "cleanup reason=shutdown fresh_instance=false"),
-        WAIT,
-    );
-    let status = node.wait_exit(WAIT);
-    assert!(status.success(), "the node exited with {status}");
+    assert_stops_cooperatively(&mut node, "sdk", t);
 }
 
 /// Issue 26: a raw socket to a host the manifest grants for HTTP only is refused like any

@@ -119,14 +119,11 @@ fn cooperative_plugin_stops_when_asked_and_cleans_up_on_the_same_instance() {
 fn async_plugin_blocked_in_poll_stops_when_asked_and_cleans_up_on_the_same_instance() {
     let server = support::recorder::Recorder::start();
     let mut node = Node::new("wstd-poller");
+    let base = server.base();
+    let target = format!("{base}/poll");
     node.install(
         "poller.toml",
-        format!(
-            "resource = \"poller\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
-             allowed_outbound_hosts = [\"{base}\"]\n\
-             env = {{ TARGET_URL = \"{base}/poll\", INTERVAL_MS = \"5000\" }}\n",
-            base = server.base()
-        ),
+        requesting_manifest("poller", "16MiB", &base, &target, "INTERVAL_MS = \"5000\""),
     );
     node.install("poller.wasm", plugins().wstd_poller_bytes());
     node.spawn();
@@ -147,24 +144,8 @@ fn async_plugin_blocked_in_poll_stops_when_asked_and_cleans_up_on_the_same_insta
     );
 
     eprintln!("phase: SIGINT asks it to stop while it waits");
-    node.signal(libc::SIGINT);
-    let stopped = node.wait_for(
-        "plugin.stopped",
-        of_token("plugin.stopped", "poller", t),
-        WAIT,
-    );
-    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
-    node.wait_for(
-        "the plugin's own return",
-        log_exact("poller", "stop requested: returning"),
-        WAIT,
-    );
-    node.wait_for(
-        "the plugin's cleanup log line",
-        log_exact("poller", "cleanup reason=shutdown fresh_instance=false"),
-        WAIT,
-    );
-    let events = finish(&mut node);
+    let events = assert_stops_cooperatively(&mut node, "poller", t);
+    assert_every_start_cleaned_up(&events);
     assert_eq!(
         server.requests().len(),
         1,

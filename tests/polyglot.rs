@@ -254,16 +254,9 @@ impl tenure::runtime::StateBackend for NoState {
 /// Installs `plugins/sdk-js` as `resource` with `env` (TOML inline-table entries) and a
 /// grant to `server`.
 fn install_sdk_js(node: &Node, resource: &str, server: &support::recorder::Recorder, env: &str) {
-    node.install(
-        &format!("{resource}.toml"),
-        format!(
-            "resource = \"{resource}\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
-             allowed_outbound_hosts = [\"{base}\"]\n\
-             env = {{ TARGET_URL = \"{base}/js\", {env} }}\n",
-            base = server.base()
-        )
-        .replace("memory = \"16MiB\"", "memory = \"64MiB\""),
-    );
+    let base = server.base();
+    let manifest = requesting_manifest(resource, "64MiB", &base, &format!("{base}/js"), env);
+    node.install(&format!("{resource}.toml"), manifest);
     node.install(
         &format!("{resource}.wasm"),
         std::fs::read(&polyglot_plugins().sdk_js).expect("the built plugin"),
@@ -298,30 +291,7 @@ fn javascript_sdk_plugin_is_fenced_and_stops_when_asked() {
         );
     }
 
-    node.signal(libc::SIGINT);
-    let stopped = node.wait_for(
-        "plugin.stopped",
-        |e| {
-            is("plugin.stopped")
-                .with("resource", "sdk-js")
-                .with("token", t)
-                .matches(e)
-        },
-        WAIT,
-    );
-    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
-    node.wait_for(
-        "the plugin's own return",
-        log_exact("sdk-js", "stop requested: returning"),
-        WAIT,
-    );
-    node.wait_for(
-        "cleanup on the same instance",
-        log_exact("sdk-js", "cleanup reason=shutdown fresh_instance=false"),
-        WAIT,
-    );
-    let status = node.wait_exit(WAIT);
-    assert!(status.success(), "the node exited with {status}");
+    assert_stops_cooperatively(&mut node, "sdk-js", t);
 }
 
 /// Issue 26: a JavaScript plugin that throws an `Error` from its async `start` (through
@@ -354,15 +324,8 @@ fn javascript_sdk_plugin_that_throws_an_error_reports_its_message() {
 /// Installs `plugins/sdk-py` as `resource`, requesting `target` with `env` (TOML
 /// inline-table entries), with a grant to `granted`.
 fn install_sdk_py(node: &Node, resource: &str, granted: &str, target: &str, env: &str) {
-    node.install(
-        &format!("{resource}.toml"),
-        format!(
-            "resource = \"{resource}\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
-             allowed_outbound_hosts = [\"{granted}\"]\n\
-             env = {{ TARGET_URL = \"{target}/py\", {env} }}\n"
-        )
-        .replace("memory = \"16MiB\"", "memory = \"64MiB\""),
-    );
+    let manifest = requesting_manifest(resource, "64MiB", granted, &format!("{target}/py"), env);
+    node.install(&format!("{resource}.toml"), manifest);
     node.install(
         &format!("{resource}.wasm"),
         std::fs::read(&polyglot_plugins().sdk_py).expect("the built plugin"),
@@ -471,10 +434,7 @@ fn python_sdk_plugin_is_fenced_through_http_and_urllib_and_stops_when_asked() {
             })
             .unwrap_or_else(|| panic!("no plugin.stopped for {resource}"));
         assert_eq!(stopped["outcome"], "stopped", "{stopped}");
-        for line in [
-            "stop requested: returning",
-            "cleanup reason=shutdown fresh_instance=false",
-        ] {
+        for line in RETURNED_ON_STOP {
             assert!(
                 events.iter().any(|e| log_exact(resource, line)(e)),
                 "{resource} did not log {line:?}\n{}",

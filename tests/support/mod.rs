@@ -105,6 +105,57 @@ fn read(path: &Path) -> Vec<u8> {
     fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
+/// The manifest of a fixture that requests `TARGET_URL` (`wstd-poller`, `sdk-poller`,
+/// `sdk-js`, `sdk-py`): [`FAST_LIMITS`] with `memory` instead, `granted` (a base URL) as
+/// its one outbound host, `TARGET_URL` = `target`, and the `env` entries (TOML
+/// inline-table entries, e.g. `INTERVAL_MS = "100"`).
+pub fn requesting_manifest(
+    resource: &str,
+    memory: &str,
+    granted: &str,
+    target: &str,
+    env: &str,
+) -> String {
+    let limits = FAST_LIMITS.replace("memory = \"16MiB\"", &format!("memory = \"{memory}\""));
+    format!(
+        "resource = \"{resource}\"\n\n[limits]\n{limits}\n[capabilities]\n\
+         allowed_outbound_hosts = [\"{granted}\"]\n\
+         env = {{ TARGET_URL = \"{target}\", {env} }}\n"
+    )
+}
+
+/// What a requesting fixture logs when it returns on a stop request, and when its
+/// `cleanup` runs on the instance that ran `start` at shutdown.
+pub const RETURNED_ON_STOP: [&str; 2] = [
+    "stop requested: returning",
+    "cleanup reason=shutdown fresh_instance=false",
+];
+
+/// SIGINT, then: `resource`'s start under `token` ends `stopped` (not `interrupted`), the
+/// fixture logs [`RETURNED_ON_STOP`], and the node exits 0. The node's events.
+pub fn assert_stops_cooperatively(node: &mut Node, resource: &str, token: u64) -> Vec<Value> {
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        is("plugin.stopped")
+            .with("resource", resource)
+            .with("token", token)
+            .f(),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    for line in RETURNED_ON_STOP {
+        node.wait_for(line, log_exact(resource, line), WAIT);
+    }
+    let status = node.wait_exit(WAIT);
+    assert!(
+        status.success(),
+        "the node exited with {status}\n{}",
+        node.tail()
+    );
+    node.events()
+}
+
 /// Builds the plugins, once per test process, and returns their paths.
 ///
 /// Runs the same cargo that runs the tests, in the workspace root, with the test's own
