@@ -159,6 +159,191 @@ fn a_host_not_listed_gets_nothing_and_the_plugin_sees_the_refusal() {
     assert!(other.requests().is_empty(), "{:?}", other.requests());
 }
 
+/// Issue 26: plugins built against `tenure:plugin@0.1.0` (the `counter` and `webhook`
+/// examples as built before 0.2.0, checked in under tests/fixtures/plugin-0.1.0) run
+/// unchanged on this host: the webhook's requests carry its grant's token, the counter
+/// saves its count through the 0.1.0 `state` import, and both stop cooperatively and
+/// clean up with the right reason.
+#[test]
+fn plugins_built_for_0_1_0_run_unchanged() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/plugin-0.1.0");
+    let fixture = |name: &str| std::fs::read(fixtures.join(name)).unwrap();
+    let server = Recorder::start();
+    let mut node = Node::new("v0-1-0");
+    node.install(
+        "webhook.toml",
+        format!(
+            "resource = \"webhook\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"100\" }}\n",
+            base = server.base()
+        ),
+    );
+    node.install("webhook.wasm", fixture("webhook.wasm"));
+    node.install(
+        "counter.toml",
+        format!("resource = \"counter\"\n\n[limits]\n{FAST_LIMITS}"),
+    );
+    node.install("counter.wasm", fixture("counter.wasm"));
+    node.spawn();
+
+    eprintln!("phase: the 0.1.0 webhook posts, fenced by its token");
+    let webhook = node.wait_for("webhook started", started("webhook"), WAIT);
+    let t = token(&webhook);
+    for request in server.wait_for(3, WAIT) {
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+        assert_eq!(request.json()["token"], t, "{request:?}");
+    }
+
+    eprintln!("phase: the 0.1.0 counter loads and saves its count");
+    let counter = node.wait_for("counter started", started("counter"), WAIT);
+    let c = token(&counter);
+    node.wait_for(
+        "the counter's third count",
+        log_exact("counter", &format!("count=3 token={c}")),
+        WAIT,
+    );
+
+    eprintln!("phase: both stop when asked and clean up on their instance");
+    shut_down(&mut node);
+    let events = node.events();
+    for (resource, token) in [("webhook", t), ("counter", c)] {
+        let stopped = events
+            .iter()
+            .find(|e| {
+                is("plugin.stopped")
+                    .with("resource", resource)
+                    .with("token", token)
+                    .matches(e)
+            })
+            .unwrap_or_else(|| panic!("no plugin.stopped for {resource}\n{}", node.tail()));
+        assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| log_exact("counter", "cleanup reason=CleanupReason::Shutdown")(e)),
+        "the 0.1.0 counter's cleanup did not see reason shutdown\n{}",
+        node.tail()
+    );
+}
+
+/// Issue 26: a plugin written with the Rust SDK (`sdk/rust`: async `start`, wstd's HTTP
+/// client, the SDK's `sleep`) requests every 100 ms; every request carries its grant's
+/// token, a stop ends it cooperatively, and cleanup runs on the same instance. A request
+/// to a host not granted is refused, and `start` fails with the error's message.
+#[test]
+fn a_plugin_written_with_the_rust_sdk_is_fenced_and_stops_when_asked() {
+    let server = Recorder::start();
+    let other = Recorder::start();
+    let mut node = Node::new("sdk-rust");
+    for (resource, target) in [("sdk", server.base()), ("sdk-refused", other.base())] {
+        node.install(
+            &format!("{resource}.toml"),
+            requesting_manifest(
+                resource,
+                "16MiB",
+                &server.base(),
+                &format!("{target}/sdk"),
+                "INTERVAL_MS = \"100\"",
+            ),
+        );
+        node.install(&format!("{resource}.wasm"), plugins().sdk_poller_bytes());
+    }
+    node.spawn();
+
+    eprintln!("phase: requests every 100 ms, each with the grant's token");
+    let start = node.wait_for("sdk started", started("sdk"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the fifth request's log line",
+        log_exact("sdk", "request seq=5 status=200"),
+        WAIT,
+    );
+    for request in server.wait_for(5, WAIT) {
+        assert_eq!(request.path, "/sdk", "{request:?}");
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+        assert_eq!(
+            request.header("tenure-resource"),
+            Some("sdk"),
+            "{request:?}"
+        );
+    }
+
+    eprintln!("phase: a host not granted: refused, and start fails with a message");
+    let refusal = node.wait_for(
+        "sdk-refused's refusal",
+        is("plugin.effect_refused")
+            .with("resource", "sdk-refused")
+            .f(),
+        WAIT,
+    );
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    let failed = node.wait_for(
+        "sdk-refused's failed start",
+        |e| {
+            is("plugin.stopped")
+                .with("resource", "sdk-refused")
+                .matches(e)
+        },
+        WAIT,
+    );
+    assert_eq!(failed["outcome"], "returned", "{failed}");
+    // wstd's client reports the refusal as the failure of the request body's stream
+    // ("connection reset"), which it sees first; the message is the error's own.
+    assert!(!str_field(&failed, "error").is_empty(), "{failed}");
+    assert!(other.requests().is_empty(), "{:?}", other.requests());
+
+    eprintln!("phase: a stop ends it cooperatively, cleanup on the same instance");
+    assert_stops_cooperatively(&mut node, "sdk", t);
+}
+
+/// Issue 26: a raw socket to a host the manifest grants for HTTP only is refused like any
+/// host not granted (`not-allowed`), and the refusal says to send HTTP through wasi:http,
+/// which the host fences (a socket would carry no `tenure-token`).
+#[test]
+fn a_socket_to_a_host_granted_for_http_only_is_refused_with_a_hint() {
+    let server = support::recorder::LineServer::start();
+    let port = server.port();
+    let mut node = Node::new("http-only");
+    node.install(
+        "tcp-hold.toml",
+        format!(
+            "resource = \"tcp-hold\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"http://localhost:{port}\"]\n\
+             env = {{ TCP_TARGET = \"localhost:{port}\" }}\n"
+        ),
+    );
+    node.install("tcp-hold.wasm", plugins().misbehave_bytes());
+    node.spawn();
+    let refusal = node.wait_for(
+        "the socket's refusal",
+        is("plugin.effect_refused").with("resource", "tcp-hold").f(),
+        WAIT,
+    );
+    assert_eq!(refusal["effect"], "tcp", "{refusal}");
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    assert!(
+        message(&refusal).contains("granted for HTTP only")
+            && message(&refusal).contains("wasi:http"),
+        "{refusal}"
+    );
+    assert!(
+        server.connections().is_empty(),
+        "the socket reached the host"
+    );
+    shut_down(&mut node);
+}
+
 #[test]
 fn a_missing_secret_file_is_reported_with_its_path_and_the_other_plugins_run() {
     let mut node = Node::new("missing-secret");

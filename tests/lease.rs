@@ -8,6 +8,8 @@
 //!   their slots in calm instead of being stopped by their own stop grace;
 //! - at TTL 500 ms, a kill -9 of the Raft leader costs the other nodes neither their
 //!   leases nor their plugins: a new leader is elected inside their leases;
+//! - a plugin waiting in `wasi:io/poll` on a timer (async, `wstd-poller`) is interrupted
+//!   at the deadline too: its timer ends there (in process, the runtime alone);
 //! - a node reads its own writes: `state.load` right after an acknowledged `state.save`
 //!   returns what was saved, on followers too (their saves are forwarded to the leader).
 
@@ -493,5 +495,68 @@ mod supervisor {
         let lease = |l: &NodeLease| l.publish(Some(4), Some(Instant::now() + ms(400)));
         let (_, loads) = supervise("counter", 4, lease);
         assert_eq!(loads, 1);
+    }
+}
+
+/// The lease holds for async guests too (issue 26): a plugin waiting in `wasi:io/poll` on
+/// a monotonic-clock timer is in a host call, where the engine cannot interrupt it, so its
+/// timer ends at the node's lease deadline and the engine traps it at its next tick. The
+/// `wstd-poller` fixture without a `TARGET_URL` only waits, 5 s at a time; with a lease
+/// that ends 300 ms after `start`, it must be interrupted long before its first wait ends.
+mod async_guest {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use tenure::ownership::Grant;
+    use tenure::runtime::{
+        BoxFuture, Failure, InstanceContext, NodeLease, Runtime, StateBackend, StateError,
+    };
+
+    use super::support::plugins;
+
+    struct NoState;
+
+    impl StateBackend for NoState {
+        fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn save(&self, _: &Grant, _: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn a_guest_waiting_on_a_timer_is_interrupted_at_the_lease_deadline() {
+        let runtime = Runtime::new(None).unwrap();
+        let plugin = runtime.load(&plugins().wstd_poller_bytes()).unwrap();
+        let lease = Arc::new(NodeLease::new(true));
+        let grant = Grant {
+            resource: "poller".into(),
+            slot: 0,
+            node: "n1".into(),
+            token: 3,
+            term: 1,
+            session: 2,
+        };
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let (ended, waited) = tokio.block_on(async {
+            let deadline = Instant::now() + Duration::from_millis(300);
+            lease.publish(Some(2), Some(deadline));
+            let ctx =
+                InstanceContext::new("poller".into(), grant, lease, Arc::new(NoState), 64 << 20);
+            let mut instance = plugin
+                .instantiate(Arc::new(ctx))
+                .await
+                .expect("instantiates");
+            let ended = instance.start().await;
+            (ended, deadline.elapsed())
+        });
+        assert_eq!(ended, Err(Failure::Interrupted));
+        // Its timer would have run 5 s: the interrupt came from the deadline, with room
+        // for a loaded machine.
+        assert!(
+            waited < Duration::from_secs(4),
+            "interrupted {waited:?} after the deadline"
+        );
     }
 }

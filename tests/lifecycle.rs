@@ -111,6 +111,87 @@ fn cooperative_plugin_stops_when_asked_and_cleans_up_on_the_same_instance() {
     );
 }
 
+/// Issue 26: a plugin written async with `wstd` alone waits between requests in
+/// `wasi:io/poll` (a monotonic-clock pollable), not in the host's `sleep`. A stop request
+/// must end that wait at once, so the plugin sees `stop-requested` and returns: outcome
+/// `stopped`, and `cleanup` on the same instance, long before its 5 s wait would end.
+#[test]
+fn async_plugin_blocked_in_poll_stops_when_asked_and_cleans_up_on_the_same_instance() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("wstd-poller");
+    let base = server.base();
+    let target = format!("{base}/poll");
+    node.install(
+        "poller.toml",
+        requesting_manifest("poller", "16MiB", &base, &target, "INTERVAL_MS = \"5000\""),
+    );
+    node.install("poller.wasm", plugins().wstd_poller_bytes());
+    node.spawn();
+
+    eprintln!("phase: the plugin starts, makes its first request and waits 5 s in poll");
+    let start = node.wait_for("poller started", started("poller"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the first request's log line",
+        log_exact("poller", "request seq=1 status=200"),
+        WAIT,
+    );
+    let first = server.wait_for(1, WAIT).remove(0);
+    assert_eq!(
+        first.header("tenure-token"),
+        Some(t.to_string().as_str()),
+        "{first:?}"
+    );
+
+    eprintln!("phase: SIGINT asks it to stop while it waits");
+    let events = assert_stops_cooperatively(&mut node, "poller", t);
+    assert_every_start_cleaned_up(&events);
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the plugin made another request after its wait was ended by the stop"
+    );
+    assert_eq!(
+        all(&events, of_token("plugin.cleanup", "poller", t)).count(),
+        1,
+        "cleanup ran once"
+    );
+}
+
+/// Issue 26: `host.subscribe-stop` (0.2.0) gives a pollable that becomes ready on a stop
+/// request: a plugin blocked in `wasi:io/poll` on it alone returns cooperatively.
+#[test]
+fn a_plugin_waiting_on_the_stop_pollable_returns_when_asked() {
+    let mut node = Node::new("wait-stop");
+    node.install_fixture("wait-stop", FAST_LIMITS);
+    node.spawn();
+    let start = node.wait_for("wait-stop started", started("wait-stop"), WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the start log line",
+        log_starting("wait-stop", "start behaviour=wait-stop"),
+        WAIT,
+    );
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        of_token("plugin.stopped", "wait-stop", t),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    node.wait_for(
+        "the plugin's log line after its wait",
+        log_exact("wait-stop", "stop pollable ready"),
+        WAIT,
+    );
+    node.wait_for(
+        "cleanup on the same instance",
+        log_exact("wait-stop", "cleanup reason=shutdown fresh_instance=false"),
+        WAIT,
+    );
+    finish(&mut node);
+}
+
 #[test]
 fn busy_loop_is_interrupted_and_cleaned_up_on_a_fresh_instance() {
     let mut node = Node::new("busy");

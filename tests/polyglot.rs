@@ -251,6 +251,199 @@ impl tenure::runtime::StateBackend for NoState {
 /// the ones the pooling allocator counts: for the Rust, Python and JavaScript counters,
 /// a pool with room for exactly two instances' core instances (and plenty of everything
 /// else) takes two instances and refuses the third. Prints each footprint.
+/// Installs `plugins/sdk-js` as `resource` with `env` (TOML inline-table entries) and a
+/// grant to `server`.
+fn install_sdk_js(node: &Node, resource: &str, server: &support::recorder::Recorder, env: &str) {
+    let base = server.base();
+    let manifest = requesting_manifest(resource, "64MiB", &base, &format!("{base}/js"), env);
+    node.install(&format!("{resource}.toml"), manifest);
+    node.install(
+        &format!("{resource}.wasm"),
+        std::fs::read(&polyglot_plugins().sdk_js).expect("the built plugin"),
+    );
+}
+
+/// Issue 26: a JavaScript plugin written with the SDK (`sdk/js/tenure.js`: an async
+/// `start`, `fetch`, the SDK's `sleep` over `setTimeout`) requests every 100 ms; every
+/// request carries its grant's token, a stop ends it cooperatively (its pending timer ends
+/// at once), and cleanup runs on the same instance.
+#[test]
+fn javascript_sdk_plugin_is_fenced_and_stops_when_asked() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("sdk-js");
+    node.share_compile_cache(&polyglot_plugins().compile_cache);
+    install_sdk_js(&node, "sdk-js", &server, "INTERVAL_MS = \"100\"");
+    node.spawn();
+
+    let start = node.wait_for("the plugin to start", started("sdk-js"), COMPILE_WAIT);
+    let t = token(&start);
+    node.wait_for(
+        "the fifth request's log line",
+        log_exact("sdk-js", "request seq=5 status=200"),
+        WAIT,
+    );
+    for request in server.wait_for(5, WAIT) {
+        assert_eq!(request.path, "/js", "{request:?}");
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(t.to_string().as_str()),
+            "{request:?}"
+        );
+    }
+
+    assert_stops_cooperatively(&mut node, "sdk-js", t);
+}
+
+/// Issue 26: a JavaScript plugin that throws an `Error` from its async `start` (through
+/// the SDK's `task`) reports the error's message in `plugin.stopped`; without the SDK the
+/// throw trapped and the message was lost.
+#[test]
+fn javascript_sdk_plugin_that_throws_an_error_reports_its_message() {
+    let server = support::recorder::Recorder::start();
+    let mut node = Node::new("sdk-js-throws");
+    node.share_compile_cache(&polyglot_plugins().compile_cache);
+    install_sdk_js(
+        &node,
+        "sdk-js-throws",
+        &server,
+        "THROW = \"the downstream said no\"",
+    );
+    node.spawn();
+    let stopped = node.wait_for(
+        "the failed start's plugin.stopped",
+        is("plugin.stopped").with("resource", "sdk-js-throws").f(),
+        COMPILE_WAIT,
+    );
+    assert_eq!(stopped["outcome"], "returned", "{stopped}");
+    assert_eq!(stopped["error"], "the downstream said no", "{stopped}");
+    node.signal(libc::SIGINT);
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "the node exited with {status}");
+}
+
+/// Installs `plugins/sdk-py` as `resource`, requesting `target` with `env` (TOML
+/// inline-table entries), with a grant to `granted`.
+fn install_sdk_py(node: &Node, resource: &str, granted: &str, target: &str, env: &str) {
+    let manifest = requesting_manifest(resource, "64MiB", granted, &format!("{target}/py"), env);
+    node.install(&format!("{resource}.toml"), manifest);
+    node.install(
+        &format!("{resource}.wasm"),
+        std::fs::read(&polyglot_plugins().sdk_py).expect("the built plugin"),
+    );
+}
+
+/// Issue 26: a Python plugin written with the SDK (`sdk/python/tenure.py`) requests every
+/// 100 ms, once with its requests-like `tenure.http.get` and once with
+/// `urllib.request.urlopen` through the SDK's handler: every request goes through
+/// wasi:http and carries its grant's token (urllib over raw sockets carried none), a stop
+/// ends each cooperatively with cleanup on the same instance; `urlopen` to a host not
+/// granted gets the refusal every language gets (`plugin.effect_refused`, `http`), and
+/// `start` fails with its message.
+#[test]
+fn python_sdk_plugin_is_fenced_through_http_and_urllib_and_stops_when_asked() {
+    let server = support::recorder::Recorder::start();
+    let other = support::recorder::Recorder::start();
+    let mut node = Node::new("sdk-py");
+    node.share_compile_cache(&polyglot_plugins().compile_cache);
+    let base = server.base();
+    install_sdk_py(&node, "sdk-py", &base, &base, "INTERVAL_MS = \"100\"");
+    install_sdk_py(
+        &node,
+        "sdk-py-urllib",
+        &base,
+        &base,
+        "INTERVAL_MS = \"100\", VIA = \"urllib\"",
+    );
+    install_sdk_py(
+        &node,
+        "sdk-py-refused",
+        &base,
+        &other.base(),
+        "VIA = \"urllib\"",
+    );
+    node.spawn();
+
+    let mut tokens = Vec::new();
+    for resource in ["sdk-py", "sdk-py-urllib"] {
+        let start = node.wait_for("the plugin to start", started(resource), COMPILE_WAIT);
+        tokens.push((resource, token(&start)));
+        node.wait_for(
+            &format!("{resource}'s fifth request"),
+            log_exact(resource, "request seq=5 status=200"),
+            WAIT,
+        );
+    }
+    let requests = server.wait_for(10, WAIT);
+    for (resource, t) in &tokens {
+        let theirs: Vec<_> = requests
+            .iter()
+            .filter(|r| r.header("tenure-resource") == Some(*resource))
+            .collect();
+        assert!(theirs.len() >= 5, "{resource}: {requests:?}");
+        for request in theirs {
+            assert_eq!(request.path, "/py", "{request:?}");
+            assert_eq!(
+                request.header("tenure-token"),
+                Some(t.to_string().as_str()),
+                "{request:?}"
+            );
+        }
+    }
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.header("tenure-token").is_none())
+            .count(),
+        0,
+        "a request without the fencing headers: {requests:?}"
+    );
+
+    let refusal = node.wait_for(
+        "sdk-py-refused's refusal",
+        is("plugin.effect_refused")
+            .with("resource", "sdk-py-refused")
+            .f(),
+        WAIT,
+    );
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    assert_eq!(refusal["effect"], "http", "{refusal}");
+    let failed = node.wait_for(
+        "sdk-py-refused's failed start",
+        is("plugin.stopped").with("resource", "sdk-py-refused").f(),
+        WAIT,
+    );
+    assert_eq!(failed["outcome"], "returned", "{failed}");
+    assert!(
+        str_field(&failed, "error").contains("HttpRequestDenied"),
+        "{failed}"
+    );
+    assert!(other.requests().is_empty(), "{:?}", other.requests());
+
+    node.signal(libc::SIGINT);
+    let status = node.wait_exit(WAIT);
+    assert!(status.success(), "the node exited with {status}");
+    let events = node.events();
+    for (resource, t) in &tokens {
+        let stopped = events
+            .iter()
+            .find(|e| {
+                is("plugin.stopped")
+                    .with("resource", *resource)
+                    .with("token", *t)
+                    .matches(e)
+            })
+            .unwrap_or_else(|| panic!("no plugin.stopped for {resource}"));
+        assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+        for line in RETURNED_ON_STOP {
+            assert!(
+                events.iter().any(|e| log_exact(resource, line)(e)),
+                "{resource} did not log {line:?}\n{}",
+                node.tail()
+            );
+        }
+    }
+}
+
 #[test]
 fn the_core_instances_counted_at_load_are_the_ones_the_pool_counts() {
     use std::sync::Arc;

@@ -374,8 +374,9 @@ pub fn plugin_check(file: &Path, manifest: Option<&Path>) -> anyhow::Result<()> 
     let l = &m.limits;
     let f = plugin.footprint;
     println!(
-        "ok: {} is a tenure:plugin/owned-task@0.1.0 component",
-        file.display()
+        "ok: {} is a tenure:plugin/owned-task@{} component",
+        file.display(),
+        plugin.version().name()
     );
     println!("  digest     {}", plugin.digest);
     println!("  size       {}", runtime::mib(entry.wasm.len() as u64));

@@ -15,8 +15,8 @@
 // an Error whose `payload` is the error variant (`{ tag, val }`). Throwing from `start`
 // returns `err` with the message.
 
-import { log, sleep } from "tenure:plugin/host@0.1.0";
-import { load, save } from "tenure:plugin/state@0.1.0";
+import { log, sleep } from "tenure:plugin/host@0.2.0";
+import { load, save } from "tenure:plugin/state@0.2.0";
 
 // How long to wait between two counts, in milliseconds.
 const PERIOD_MS = 500n;

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the JavaScript counter into a component: plugins/counter-js/build.sh [OUT.wasm]
-# (default OUT: counter-js.wasm in the current directory).
+# (default OUT: counter-js.wasm in the current directory). Other JavaScript plugins of
+# this repository build with it too: build.sh OUT.wasm APP_DIR builds APP_DIR/app.js
+# (plugins/sdk-js/build.sh does), with the SDK (sdk/js/tenure.js) beside it, so every
+# JavaScript plugin shares the one pinned componentize-js install.
 #
 # - componentize-js is pinned by package.json and package-lock.json and installed from npm
 #   (`npm ci`) into $TENURE_TOOLS_DIR (default /var/tmp/tenure-tools, outside the clone),
@@ -19,9 +22,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 wit="$(cd "$here/../../wit" && pwd)"
 out="${1:-counter-js.wasm}"
+app="$(cd "${2:-$here}" && pwd)"
+name="$(basename "$app")"
+sdk="$(cd "$here/../../sdk/js" && pwd)"
 tools="${TENURE_TOOLS_DIR:-/var/tmp/tenure-tools}"
 
-die() { printf 'counter-js/build.sh: %s\n' "$*" >&2; exit 1; }
+die() { printf '%s/build.sh: %s\n' "$name" "$*" >&2; exit 1; }
 
 for cmd in node npm cc; do
   command -v "$cmd" >/dev/null 2>&1 ||
@@ -46,23 +52,25 @@ fi
 key="$(
   {
     echo "package-lock $lock"
-    cd "$here" && sha256sum build.sh app.js fixed-entropy.c
+    cd "$here" && sha256sum build.sh fixed-entropy.c
+    cd "$app" && sha256sum app.js
+    cd "$sdk" && sha256sum tenure.js
     cd "$wit" && find . -type f -name '*.wit' | LC_ALL=C sort | xargs sha256sum
   } | sha256sum | cut -d' ' -f1
 )"
-kept="$tools/builds/counter-js-$key.wasm"
+kept="$tools/builds/$name-$key.wasm"
 
 if [ ! -f "$kept" ] || [ "${TENURE_PLUGIN_REBUILD:-0}" = 1 ]; then
   # componentize-js records its working directory and its temporary directory in the
   # component: both are fixed paths, so one build at a time on this machine.
-  work=/tmp/tenure-build-counter-js
+  work="/tmp/tenure-build-$name"
   exec 8>"$work.lock"
   flock 8
   rm -rf "$work"
   mkdir -p "$work/src" "$work/tmp"
   trap 'rm -rf "$work"' EXIT
-  cp "$here/app.js" "$work/src/"
-  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/src/app.js"
+  cp "$app/app.js" "$sdk/tenure.js" "$work/src/"
+  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/src/app.js" "$work/src/tenure.js"
   cc -shared -fPIC -O2 -o "$work/fixed-entropy.so" "$here/fixed-entropy.c" -ldl ||
     die "cannot build fixed-entropy.so (Debian: apt-get install gcc)"
   wizer="$(cd "$install" && node --input-type=module \
@@ -90,4 +98,4 @@ flock -u 9
 mkdir -p "$(dirname "$out")"
 cp "$kept" "$out.tmp$$"
 mv "$out.tmp$$" "$out"
-echo "counter-js: $how $out sha256:$(sha256sum <"$out" | cut -d' ' -f1)"
+echo "$name: $how $out sha256:$(sha256sum <"$out" | cut -d' ' -f1)"

@@ -15,7 +15,7 @@ import wit_world
 from componentize_py_types import Err
 from wit_world.imports import host, state
 from wit_world.imports.host import Level, Wake
-from wit_world.imports.types import CleanupReason, Lease
+from wit_world.imports.ownership import CleanupReason, Lease
 
 # How long to wait between two counts, in milliseconds.
 PERIOD_MS = 500

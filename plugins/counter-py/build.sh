@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Python counter into a component: plugins/counter-py/build.sh [OUT.wasm]
-# (default OUT: counter-py.wasm in the current directory).
+# (default OUT: counter-py.wasm in the current directory). Other Python plugins of this
+# repository build with it too: build.sh OUT.wasm APP_DIR builds APP_DIR/app.py with the
+# SDK (sdk/python/tenure.py) on its path (plugins/sdk-py/build.sh does), so every Python
+# plugin shares the one pinned componentize-py install.
 #
 # - componentize-py is pinned (COMPONENTIZE_PY below) and installed from PyPI into a venv
 #   under $TENURE_TOOLS_DIR (default /var/tmp/tenure-tools, outside the clone), once.
@@ -18,10 +21,13 @@ COMPONENTIZE_PY=0.25.1
 here="$(cd "$(dirname "$0")" && pwd)"
 wit="$(cd "$here/../../wit" && pwd)"
 out="${1:-counter-py.wasm}"
+app="$(cd "${2:-$here}" && pwd)"
+name="$(basename "$app")"
+sdk="$(cd "$here/../../sdk/python" && pwd)"
 tools="${TENURE_TOOLS_DIR:-/var/tmp/tenure-tools}"
 venv="$tools/componentize-py-$COMPONENTIZE_PY"
 
-die() { printf 'counter-py/build.sh: %s\n' "$*" >&2; exit 1; }
+die() { printf '%s/build.sh: %s\n' "$name" "$*" >&2; exit 1; }
 
 command -v python3 >/dev/null 2>&1 ||
   die "python3 is not installed (Debian: apt-get install python3 python3-venv; .ci/run installs them)"
@@ -42,18 +48,20 @@ fi
 key="$(
   {
     echo "componentize-py $COMPONENTIZE_PY"
-    cd "$here" && sha256sum build.sh app.py
+    cd "$here" && sha256sum build.sh
+    cd "$app" && sha256sum app.py
+    cd "$sdk" && sha256sum tenure.py
     cd "$wit" && find . -type f -name '*.wit' | LC_ALL=C sort | xargs sha256sum
   } | sha256sum | cut -d' ' -f1
 )"
-kept="$tools/builds/counter-py-$key.wasm"
+kept="$tools/builds/$name-$key.wasm"
 
 if [ ! -f "$kept" ] || [ "${TENURE_PLUGIN_REBUILD:-0}" = 1 ]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   mkdir "$work/src"
-  cp "$here/app.py" "$work/src/"
-  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/src/app.py" "$work/src"
+  cp "$app/app.py" "$sdk/tenure.py" "$work/src/"
+  touch -d "@${SOURCE_DATE_EPOCH:-0}" "$work/src/app.py" "$work/src/tenure.py" "$work/src"
   (cd "$work" && "$venv/bin/componentize-py" --quiet -d "$wit" -w owned-task \
     componentize -p src app -o "$work/out.wasm") || die "componentize-py failed"
   mv "$work/out.wasm" "$kept.tmp$$"
@@ -67,4 +75,4 @@ flock -u 9
 mkdir -p "$(dirname "$out")"
 cp "$kept" "$out.tmp$$"
 mv "$out.tmp$$" "$out"
-echo "counter-py: $how $out sha256:$(sha256sum <"$out" | cut -d' ' -f1)"
+echo "$name: $how $out sha256:$(sha256sum <"$out" | cut -d' ' -f1)"

@@ -67,6 +67,12 @@ pub struct Plugins {
     pub misbehave: PathBuf,
     /// The `webhook` example: POSTs its lease to `TARGET_URL` every `INTERVAL_MS`.
     pub webhook: PathBuf,
+    /// The `wstd-poller` fixture: async with `wstd` alone, GETs `TARGET_URL` and waits
+    /// `INTERVAL_MS` in `wasi:io/poll` between requests.
+    pub wstd_poller: PathBuf,
+    /// The `sdk-poller` fixture: written with the Rust SDK (`sdk/rust`), GETs
+    /// `TARGET_URL` every `INTERVAL_MS` (default 100).
+    pub sdk_poller: PathBuf,
 }
 
 impl Plugins {
@@ -85,10 +91,69 @@ impl Plugins {
     pub fn webhook_bytes(&self) -> Vec<u8> {
         read(&self.webhook)
     }
+
+    pub fn wstd_poller_bytes(&self) -> Vec<u8> {
+        read(&self.wstd_poller)
+    }
+
+    pub fn sdk_poller_bytes(&self) -> Vec<u8> {
+        read(&self.sdk_poller)
+    }
 }
 
 fn read(path: &Path) -> Vec<u8> {
     fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// The manifest of a fixture that requests `TARGET_URL` (`wstd-poller`, `sdk-poller`,
+/// `sdk-js`, `sdk-py`): [`FAST_LIMITS`] with `memory` instead, `granted` (a base URL) as
+/// its one outbound host, `TARGET_URL` = `target`, and the `env` entries (TOML
+/// inline-table entries, e.g. `INTERVAL_MS = "100"`).
+pub fn requesting_manifest(
+    resource: &str,
+    memory: &str,
+    granted: &str,
+    target: &str,
+    env: &str,
+) -> String {
+    let limits = FAST_LIMITS.replace("memory = \"16MiB\"", &format!("memory = \"{memory}\""));
+    format!(
+        "resource = \"{resource}\"\n\n[limits]\n{limits}\n[capabilities]\n\
+         allowed_outbound_hosts = [\"{granted}\"]\n\
+         env = {{ TARGET_URL = \"{target}\", {env} }}\n"
+    )
+}
+
+/// What a requesting fixture logs when it returns on a stop request, and when its
+/// `cleanup` runs on the instance that ran `start` at shutdown.
+pub const RETURNED_ON_STOP: [&str; 2] = [
+    "stop requested: returning",
+    "cleanup reason=shutdown fresh_instance=false",
+];
+
+/// SIGINT, then: `resource`'s start under `token` ends `stopped` (not `interrupted`), the
+/// fixture logs [`RETURNED_ON_STOP`], and the node exits 0. The node's events.
+pub fn assert_stops_cooperatively(node: &mut Node, resource: &str, token: u64) -> Vec<Value> {
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        is("plugin.stopped")
+            .with("resource", resource)
+            .with("token", token)
+            .f(),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    for line in RETURNED_ON_STOP {
+        node.wait_for(line, log_exact(resource, line), WAIT);
+    }
+    let status = node.wait_exit(WAIT);
+    assert!(
+        status.success(),
+        "the node exited with {status}\n{}",
+        node.tail()
+    );
+    node.events()
 }
 
 /// Builds the plugins, once per test process, and returns their paths.
@@ -117,6 +182,10 @@ pub fn plugins() -> &'static Plugins {
                 "misbehave",
                 "-p",
                 "webhook",
+                "-p",
+                "wstd-poller",
+                "-p",
+                "sdk-poller",
             ])
             .current_dir(workspace)
             .env("CARGO_TARGET_DIR", &target_dir)
@@ -137,12 +206,16 @@ pub fn plugins() -> &'static Plugins {
             counter: dir.join("counter.wasm"),
             misbehave: dir.join("misbehave.wasm"),
             webhook: dir.join("webhook.wasm"),
+            wstd_poller: dir.join("wstd_poller.wasm"),
+            sdk_poller: dir.join("sdk_poller.wasm"),
         };
         for path in [
             &plugins.heartbeat,
             &plugins.counter,
             &plugins.misbehave,
             &plugins.webhook,
+            &plugins.wstd_poller,
+            &plugins.sdk_poller,
         ] {
             assert!(path.is_file(), "cargo built no {}", path.display());
         }
@@ -159,6 +232,10 @@ pub struct PolyglotPlugins {
     pub counter_py: PathBuf,
     /// `plugins/counter-js`, built with componentize-js's defaults.
     pub counter_js: PathBuf,
+    /// `plugins/sdk-js`, written with the JavaScript SDK (`sdk/js/tenure.js`).
+    pub sdk_js: PathBuf,
+    /// `plugins/sdk-py`, written with the Python SDK (`sdk/python/tenure.py`).
+    pub sdk_py: PathBuf,
     /// A compile cache for nodes to share ([`Node::share_compile_cache`]): these
     /// components take seconds to compile, so only the first node pays for it.
     pub compile_cache: PathBuf,
@@ -209,6 +286,8 @@ pub fn polyglot_plugins() -> &'static PolyglotPlugins {
         let plugins = PolyglotPlugins {
             counter_py: build("counter-py"),
             counter_js: build("counter-js"),
+            sdk_js: build("sdk-js"),
+            sdk_py: build("sdk-py"),
             compile_cache: dir.join("compile-cache"),
         };
         fs::create_dir_all(&plugins.compile_cache).expect("creating the shared compile cache");
@@ -217,7 +296,7 @@ pub fn polyglot_plugins() -> &'static PolyglotPlugins {
     })
 }
 
-/// Runs one node that loads both components into the shared compile cache, so that the
+/// Runs one node that loads the components into the shared compile cache, so that the
 /// tests' nodes (five at once) do not all compile them side by side on a cold cache.
 fn warm_compile_cache(plugins: &PolyglotPlugins) {
     let started = Instant::now();
@@ -225,9 +304,11 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
     node.share_compile_cache(&plugins.compile_cache);
     node.install("warm-py.wasm", read(&plugins.counter_py));
     node.install("warm-js.wasm", read(&plugins.counter_js));
+    node.install("warm-sdk-js.wasm", read(&plugins.sdk_js));
+    node.install("warm-sdk-py.wasm", read(&plugins.sdk_py));
     node.spawn();
     node.wait_for(
-        "the initial scan to load both components",
+        "the initial scan to load the components",
         is("node.ready").f(),
         Duration::from_secs(180),
     );
@@ -241,8 +322,8 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
         .collect();
     assert_eq!(
         loaded.len(),
-        2,
-        "both components load: {loaded:?}\n{}",
+        4,
+        "every component loads: {loaded:?}\n{}",
         node.tail()
     );
     eprintln!(

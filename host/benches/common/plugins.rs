@@ -214,7 +214,7 @@ pub fn build_rust(target: &Path, packages: &[&str]) -> anyhow::Result<Vec<PathBu
     let dir = target.join("wasm32-wasip2").join("plugin");
     Ok(packages
         .iter()
-        .map(|p| dir.join(format!("{p}.wasm")))
+        .map(|p| dir.join(format!("{}.wasm", p.replace('-', "_"))))
         .collect())
 }
 

@@ -25,13 +25,19 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, WasmList, WasmStr};
 
 use super::MAX_STATE_BYTES;
-use super::bindings::tenure::plugin::host::Level;
-use super::bindings::tenure::plugin::state;
+use wasmtime::component::{ComponentType, Lift, Lower};
+
+use super::bindings::v0_1::tenure::plugin as v0_1;
+use super::bindings::v0_2::tenure::plugin::host::Level;
+use super::bindings::v0_2::tenure::plugin::state;
 use super::output::{self, MAX_LINE, Stream};
 use super::store::HostState;
 
-const STATE: &str = "tenure:plugin/state@0.1.0";
-const HOST: &str = "tenure:plugin/host@0.1.0";
+/// The interfaces whose `save` and `log` are replaced, per served version.
+const STATE_0_1: &str = "tenure:plugin/state@0.1.0";
+const HOST_0_1: &str = "tenure:plugin/host@0.1.0";
+const STATE_0_2: &str = "tenure:plugin/state@0.2.0";
+const HOST_0_2: &str = "tenure:plugin/host@0.2.0";
 
 /// The most of a log line read from the plugin: a line is cut at [`MAX_LINE`] bytes once
 /// sanitised, and escape sequences that sanitising drops may come before that.
@@ -63,36 +69,55 @@ impl SavePace {
     }
 }
 
-/// Replaces the generated `state.save` and `log` with the bounded ones.
+/// Replaces the generated `state.save` and `log` with the bounded ones, in every served
+/// version (each with its own error and level types).
 pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    linker.instance(STATE)?.func_wrap_async("save", save)?;
-    linker.instance(HOST)?.func_wrap("log", log)?;
+    linker
+        .instance(STATE_0_1)?
+        .func_wrap_async("save", save::<v0_1::state::Error>)?;
+    linker
+        .instance(HOST_0_1)?
+        .func_wrap("log", log::<v0_1::host::Level>)?;
+    linker
+        .instance(STATE_0_2)?
+        .func_wrap_async("save", save::<state::Error>)?;
+    linker.instance(HOST_0_2)?.func_wrap("log", log::<Level>)?;
     linker.allow_shadowing(false);
     Ok(())
 }
 
-fn save(
+fn save<E>(
     mut store: StoreContextMut<'_, HostState>,
     (data,): (WasmList<u8>,),
-) -> Box<dyn Future<Output = wasmtime::Result<(Result<(), state::Error>,)>> + Send + '_> {
+) -> Box<dyn Future<Output = wasmtime::Result<(Result<(), E>,)>> + Send + '_>
+where
+    E: From<state::Error> + ComponentType + Lower + Send + Sync + 'static,
+{
     Box::new(async move {
         if data.len() > MAX_STATE_BYTES {
-            return Ok((Err(state::Error::TooLarge(MAX_STATE_BYTES as u32)),));
+            return Ok((Err(state::Error::TooLarge(MAX_STATE_BYTES as u32).into()),));
         }
         let bytes = data.as_le_slice(&store).to_vec();
-        Ok((state::Host::save(store.data_mut(), bytes).await,))
+        Ok((state::Host::save(store.data_mut(), bytes)
+            .await
+            .map_err(E::from),))
     })
 }
 
-fn log(
+fn log<L>(
     store: StoreContextMut<'_, HostState>,
-    (level, message): (Level, WasmStr),
-) -> wasmtime::Result<()> {
+    (level, message): (L, WasmStr),
+) -> wasmtime::Result<()>
+where
+    L: Into<Level> + ComponentType + Lift + Send + Sync + 'static,
+{
     let ctx = store.data().ctx.clone();
-    output::emit_with(&ctx, Stream::Log, level, || match message.to_str(&store) {
-        Ok(text) => Cow::Owned(prefix(&text, MAX_READ).to_owned()),
-        Err(e) => Cow::Owned(format!("[not a valid string: {e}]")),
+    output::emit_with(&ctx, Stream::Log, level.into(), || {
+        match message.to_str(&store) {
+            Ok(text) => Cow::Owned(prefix(&text, MAX_READ).to_owned()),
+            Err(e) => Cow::Owned(format!("[not a valid string: {e}]")),
+        }
     });
     Ok(())
 }

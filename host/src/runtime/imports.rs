@@ -1,13 +1,20 @@
-//! Tenure's host imports: `lease`, `sleep`, `stop-requested`, `log` and `state`.
+//! Tenure's host imports: `lease`, `sleep`, `stop-requested`, `subscribe-stop`, `log` and
+//! `state`, written once, for the newest served version of `tenure:plugin` (0.2.0);
+//! `versions.rs` adapts them to the older ones.
 //!
-//! `sleep` never outlives a stop request, and `state` calls are bounded by the backend,
-//! so a plugin inside a host call can always be stopped within about one epoch tick.
+//! `sleep` never outlives a stop request (nor any other wait of the instance: clocks.rs),
+//! and `state` calls are bounded by the backend, so a plugin inside a host call can
+//! always be stopped within about one epoch tick.
 
 use std::time::Duration;
 
-use super::bindings::tenure::plugin::host::{self, Level, Wake};
-use super::bindings::tenure::plugin::state;
-use super::bindings::tenure::plugin::types::{self, Lease};
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::DynPollable;
+
+use super::bindings::v0_2::tenure::plugin::host::{self, Level, Wake};
+use super::bindings::v0_2::tenure::plugin::ownership::{self, Lease};
+use super::bindings::v0_2::tenure::plugin::state;
+use super::clocks::Waited;
 use super::output::{self, Stream};
 use super::store::HostState;
 use super::{MAX_STATE_BYTES, StateError};
@@ -16,7 +23,7 @@ use crate::ownership::Grant;
 /// The longest single sleep; a plugin wanting longer sleeps again.
 const MAX_SLEEP: Duration = Duration::from_secs(24 * 3600);
 
-impl types::Host for HostState {}
+impl ownership::Host for HostState {}
 
 impl host::Host for HostState {
     fn lease(&mut self) -> Lease {
@@ -24,39 +31,23 @@ impl host::Host for HostState {
     }
 
     async fn sleep(&mut self, ms: u64) -> Wake {
-        let signals = &self.ctx.signals;
-        if signals.stop_requested() {
-            return Wake::StopRequested;
-        }
+        // Ends early on a stop request or at the instance's trap time, like every timer
+        // of the instance (clocks.rs): the engine cannot interrupt code waiting in a host
+        // call, so the call wakes it instead.
         let end = tokio::time::Instant::now() + Duration::from_millis(ms).min(MAX_SLEEP);
-        // A sleep never outlasts the instance's trap time either (its interrupt time, or
-        // the lease deadline while it runs `start`): the engine cannot interrupt code
-        // waiting in a host call, so the call wakes it instead. Renewals move the deadline
-        // on while the plugin sleeps, so the trap time is read again whenever it comes.
-        loop {
-            let trap_at = signals.trap_at(&self.ctx.lease, self.ctx.grant.session);
-            let now = super::lease::now();
-            if now >= trap_at {
-                return Wake::StopRequested;
-            }
-            let trap = tokio::time::Instant::now() + Duration::from_nanos(trap_at - now);
-            if trap >= end {
-                return tokio::select! {
-                    biased;
-                    _ = signals.stopping() => Wake::StopRequested,
-                    _ = tokio::time::sleep_until(end) => Wake::Elapsed,
-                };
-            }
-            tokio::select! {
-                biased;
-                _ = signals.stopping() => return Wake::StopRequested,
-                _ = tokio::time::sleep_until(trap) => {}
-            }
+        match super::clocks::wait(&self.ctx, Some(end)).await {
+            Waited::Elapsed => Wake::Elapsed,
+            Waited::Stopped => Wake::StopRequested,
         }
     }
 
     fn stop_requested(&mut self) -> bool {
         self.ctx.signals.stop_requested()
+    }
+
+    fn subscribe_stop(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        // Fails (a trap) only when the instance's resource table is full.
+        super::clocks::stop_pollable(self)
     }
 
     fn log(&mut self, level: Level, message: String) {

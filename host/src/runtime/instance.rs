@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use wasmtime::{Engine, Store, Trap};
 
-use super::bindings::{OwnedTask, OwnedTaskPre};
+use super::bindings::{Version, v0_1, v0_2};
 use super::imports::wit_lease;
 use super::output::sanitize;
 use super::store::{self, HostState};
@@ -58,20 +58,50 @@ impl Failure {
     }
 }
 
+/// A component checked against the world of the version it was built for, ready to
+/// instantiate.
+pub(super) enum Pre {
+    V0_1(v0_1::OwnedTaskPre<HostState>),
+    V0_2(v0_2::OwnedTaskPre<HostState>),
+}
+
+impl Pre {
+    /// Checks `pre`'s exports against the world of `version`.
+    pub(super) fn new(
+        version: Version,
+        pre: wasmtime::component::InstancePre<HostState>,
+    ) -> wasmtime::Result<Self> {
+        Ok(match version {
+            Version::V0_1 => Pre::V0_1(v0_1::OwnedTaskPre::new(pre)?),
+            Version::V0_2 => Pre::V0_2(v0_2::OwnedTaskPre::new(pre)?),
+        })
+    }
+}
+
+/// The exports of one instance, in the version it was built for.
+enum Bindings {
+    V0_1(v0_1::OwnedTask),
+    V0_2(v0_2::OwnedTask),
+}
+
 /// A live plugin instance.
 pub struct Instance {
     store: Store<HostState>,
-    bindings: OwnedTask,
+    bindings: Bindings,
 }
 
 impl Instance {
     pub(super) async fn new(
         engine: &Engine,
-        pre: &OwnedTaskPre<HostState>,
+        pre: &Pre,
         ctx: Arc<InstanceContext>,
     ) -> Result<Self, Failure> {
         let mut store = store::build(engine, ctx);
-        match pre.instantiate_async(&mut store).await {
+        let bindings = match pre {
+            Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(Bindings::V0_1),
+            Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(Bindings::V0_2),
+        };
+        match bindings {
             Ok(bindings) => Ok(Self { store, bindings }),
             Err(err) => Err(classify(&store, err)),
         }
@@ -80,13 +110,25 @@ impl Instance {
     /// Calls `start`: `Ok` with what the plugin returned, or how it failed.
     pub async fn start(&mut self) -> Result<Result<(), String>, Failure> {
         let lease = wit_lease(&self.store.data().ctx.grant);
-        let result = self.bindings.call_start(&mut self.store, &lease).await;
+        let result = match &self.bindings {
+            Bindings::V0_1(b) => {
+                let lease = super::versions::lease(lease);
+                b.call_start(&mut self.store, &lease).await
+            }
+            Bindings::V0_2(b) => b.call_start(&mut self.store, &lease).await,
+        };
         result.map_err(|err| classify(&self.store, err))
     }
 
     /// Calls `cleanup(reason)`.
     pub async fn cleanup(&mut self, reason: CleanupReason) -> Result<(), Failure> {
-        let result = self.bindings.call_cleanup(&mut self.store, reason).await;
+        let result = match &self.bindings {
+            Bindings::V0_1(b) => {
+                let reason = super::versions::cleanup_reason(reason);
+                b.call_cleanup(&mut self.store, reason).await
+            }
+            Bindings::V0_2(b) => b.call_cleanup(&mut self.store, reason).await,
+        };
         result.map_err(|err| classify(&self.store, err))
     }
 }

@@ -20,7 +20,11 @@
 //! - **Time.** Every store has an epoch deadline of one tick. At each tick a running plugin
 //!   yields to the executor (so a busy loop cannot starve other plugins) and, once its
 //!   [`Signals`] say interrupt, traps. Host calls are async and never block past a stop
-//!   request, so an interrupt always lands within about one tick.
+//!   request: the host's `sleep` and every monotonic-clock timer (what async guests wait
+//!   on in `wasi:io/poll`) end at a stop request and at the trap time (`clocks.rs`), so
+//!   a guest waiting on timers returns or is interrupted within about one tick. A guest
+//!   blocked on something else (a socket read in poll) is cut off by the supervisor's
+//!   backstop, which drops the call.
 //! - **Instances.** The pooling allocator pre-reserves slots for instances, memories and
 //!   stacks, which makes instantiation cheap; if the machine refuses the reservation the
 //!   runtime falls back to on-demand allocation and says so.
@@ -30,6 +34,7 @@
 
 mod bindings;
 mod cache;
+mod clocks;
 mod compiler;
 mod core_instances;
 mod env;
@@ -43,6 +48,7 @@ pub mod output;
 mod refused;
 mod store;
 mod tcp;
+mod versions;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,7 +59,8 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, EngineWeak};
 
-pub use bindings::tenure::plugin::types::CleanupReason;
+pub use bindings::Version;
+pub use bindings::v0_2::tenure::plugin::ownership::CleanupReason;
 pub use cache::CacheUse;
 pub use compiler::{
     CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, child_main as compile_child,
@@ -112,7 +119,7 @@ pub enum LoadError {
     Compiler(String),
     /// The component imports something Tenure does not provide, or lacks the world's
     /// exports.
-    #[error("does not fit the tenure:plugin/owned-task@0.1.0 world: {0}")]
+    #[error("does not fit the tenure:plugin/owned-task world (0.2.0, or 0.1.0): {0}")]
     WorldMismatch(String),
 }
 
@@ -178,6 +185,16 @@ impl Granted {
         self.outbound
             .iter()
             .any(|entry| entry.matches(scheme, host, port))
+    }
+
+    /// Whether `host` is granted for HTTP (`http://`, `https://`) on some port but for
+    /// TCP on none: a socket to it is refused with a hint to use wasi:http.
+    pub fn http_only(&self, host: &str) -> bool {
+        self.tcp_ports(host).is_empty()
+            && self
+                .outbound
+                .iter()
+                .any(|e| e.scheme != Scheme::Tcp && e.matches(e.scheme, host, e.port))
     }
 
     /// Whether any `tcp://` entry is granted (else the instance may not create a TCP
@@ -301,7 +318,9 @@ pub struct Runtime {
 /// plugin loaded from the same wasm shares.
 struct Build {
     component: Component,
-    pre: bindings::OwnedTaskPre<HostState>,
+    pre: instance::Pre,
+    /// The `tenure:plugin` version the component was built for.
+    version: Version,
     footprint: Footprint,
 }
 
@@ -350,8 +369,8 @@ impl Runtime {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         tcp::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
-        bindings::OwnedTask::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        clocks::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        link_served_versions(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         guest_data::add_to_linker(&mut linker).map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
         let cache = cache_dir
             .map(|dir| cache::CompileCache::open(dir, &engine))
@@ -543,12 +562,19 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
-        let pre = bindings::OwnedTaskPre::new(pre)
+        let version = Version::of(
+            component
+                .component_type()
+                .imports(&self.engine)
+                .map(|(name, _)| name),
+        );
+        let pre = instance::Pre::new(version, pre)
             .map_err(|e| LoadError::WorldMismatch(format!("{e:#}")))?;
         let footprint = Footprint::of(&component, wasm)?;
         let build = Arc::new(Build {
             component,
             pre,
+            version,
             footprint,
         });
         {
@@ -571,6 +597,18 @@ impl Runtime {
     }
 }
 
+/// Tenure's own interfaces, in every served version: 0.1.0's world as generated (it
+/// imports nothing else), 0.2.0's interface by interface (its world also imports WASI,
+/// which wasmtime-wasi links).
+fn link_served_versions(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use bindings::v0_2::tenure::plugin as v0_2;
+    bindings::v0_1::OwnedTask::add_to_linker::<_, HasSelf<_>>(linker, |state| state)?;
+    v0_2::ownership::add_to_linker::<_, HasSelf<_>>(linker, |state| state)?;
+    v0_2::host::add_to_linker::<_, HasSelf<_>>(linker, |state| state)?;
+    v0_2::state::add_to_linker::<_, HasSelf<_>>(linker, |state| state)?;
+    Ok(())
+}
+
 /// Runs `f` on a blocking thread.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -584,6 +622,11 @@ impl Plugin {
     /// A fresh instance for `ctx`: a new store with its limits, then instantiation.
     pub async fn instantiate(&self, ctx: Arc<InstanceContext>) -> Result<Instance, Failure> {
         Instance::new(&self.engine, &self.build.pre, ctx).await
+    }
+
+    /// The `tenure:plugin` version the component was built for.
+    pub fn version(&self) -> Version {
+        self.build.version
     }
 
     /// The names of the interfaces the component imports.

@@ -14,7 +14,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 use crate::events;
 use crate::runtime::InstanceContext;
-use crate::runtime::bindings::tenure::plugin::host::Level;
+use crate::runtime::bindings::v0_2::tenure::plugin::host::Level;
 
 /// Longest plugin line kept, in bytes; the rest is cut and marked.
 pub const MAX_LINE: usize = 4096;

@@ -12,6 +12,9 @@ use crate::events;
 pub(super) enum Why {
     /// Not in the manifest's `allowed_outbound_hosts`.
     NotAllowed,
+    /// A socket to a host granted for HTTP only (`http://` or `https://`): the same
+    /// refusal, explained, because HTTP over a raw socket would lose the fence.
+    HttpOnly,
     /// The lease check said no.
     Lease(Refusal),
     /// The instance already holds as many connections as one may.
@@ -21,7 +24,7 @@ pub(super) enum Why {
 impl Why {
     fn as_str(self) -> &'static str {
         match self {
-            Why::NotAllowed => "not-allowed",
+            Why::NotAllowed | Why::HttpOnly => "not-allowed",
             Why::Lease(Refusal::LeaseExpired) => "lease-expired",
             Why::Lease(Refusal::Stopping) => "stopping",
             Why::TooManyConnections => "too-many-connections",
@@ -31,6 +34,9 @@ impl Why {
     fn explain(self) -> &'static str {
         match self {
             Why::NotAllowed => "the host is not in the manifest's allowed_outbound_hosts",
+            Why::HttpOnly => {
+                "the host is granted for HTTP only: send HTTP through wasi:http (fetch, the SDKs' clients, urllib with tenure.install_urllib()), which the host fences with tenure-token; a raw socket needs a tcp:// grant and carries no fencing headers"
+            }
             Why::Lease(Refusal::LeaseExpired) => {
                 "the node's lease deadline has passed (or, for HTTP, comes before the request's first-byte timeout)"
             }

@@ -168,6 +168,9 @@ impl Fence {
             SocketAddrUse::TcpConnect if self.connectable(addr) => {
                 self.ctx.may_act().map_err(Why::from)
             }
+            SocketAddrUse::TcpConnect if self.ctx.granted.http_only(&addr.ip().to_string()) => {
+                Err(Why::HttpOnly)
+            }
             _ => Err(Why::NotAllowed),
         };
         match verdict {
@@ -379,7 +382,9 @@ fn resolve_addresses(
 ) -> Returned<Resource<ResolveAddressStream>> {
     let state = store.data_mut();
     let ports = state.ctx.granted.tcp_ports(&name);
-    let verdict = if ports.is_empty() {
+    let verdict = if state.ctx.granted.http_only(&name) {
+        Err(Why::HttpOnly)
+    } else if ports.is_empty() {
         Err(Why::NotAllowed)
     } else {
         state.ctx.may_act().map_err(Why::from)

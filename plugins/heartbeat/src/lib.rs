@@ -20,7 +20,13 @@
 
 // Generates the Rust bindings for the plugin contract: the `Guest` trait to implement
 // (the `start` and `cleanup` exports) and the host's imports (`host`, `state`).
-wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
+wit_bindgen::generate!({
+    world: "owned-task",
+    path: "../../wit",
+    // The world imports WASI interfaces too (0.2.0): bindings for them are generated
+    // here; only what the plugin calls ends up imported.
+    generate_all,
+});
 
 use tenure::plugin::host::{self, Level, Wake};
 

@@ -16,6 +16,7 @@
 //! | `noisy`        | writes to stdout and stderr, escapes included, then like `cooperative` | logs |
 //! | `read-back…`   | saves a count, loads it back at once, every 20 ms; logs `stale read …` if the load returns anything else | logs |
 //! | `tcp-hold…`    | connects to `TCP_TARGET` (`host:port`) and writes `token=T seq=N` lines on that one connection every 20 ms; logs `tcp connected to …`, `tcp connect failed: …` (then returns the error) or `tcp write failed: …` (then waits for the stop) | logs |
+//! | `wait-stop`    | blocks in `wasi:io/poll` on `host.subscribe-stop` alone (no timer), then logs `stop pollable ready` and returns | logs |
 //! | `save-huge`    | every 50 ms, calls `state.save` and `log` with 48 MiB; logs `save-huge refused: …` after each save | logs |
 //! | anything else  | returns an error naming the behaviour                | logs               |
 //!
@@ -24,7 +25,13 @@
 //! spelled as in the WIT, and `fresh_instance` true when `start` never ran on this
 //! instance: the tests read it to check on which instance the host ran `cleanup`.
 
-wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
+wit_bindgen::generate!({
+    world: "owned-task",
+    path: "../../wit",
+    // The world imports WASI interfaces too (0.2.0): bindings for them are generated
+    // here; only what the plugin calls ends up imported.
+    generate_all,
+});
 
 use std::hint::black_box;
 use std::io::Write;
@@ -65,6 +72,12 @@ impl Guest for Misbehave {
             }
             r if r.starts_with("read-back") => read_back(),
             r if r.starts_with("tcp-hold") => tcp_hold(token),
+            "wait-stop" => {
+                // No timer, no sleep: only the stop pollable can end this wait.
+                host::subscribe_stop().block();
+                info("stop pollable ready");
+                Ok(())
+            }
             "save-huge" => save_huge(),
             "save-big" => save_big(),
             other => Err(format!("misbehave: unknown behaviour {other}")),

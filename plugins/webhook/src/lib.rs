@@ -27,7 +27,13 @@
 //! secrets = { API_TOKEN = "secrets/webhook-token" }   # optional
 //! ```
 
-wit_bindgen::generate!({ world: "owned-task", path: "../../wit" });
+wit_bindgen::generate!({
+    world: "owned-task",
+    path: "../../wit",
+    // The world imports WASI interfaces too (0.2.0): bindings for them are generated
+    // here; only what the plugin calls ends up imported.
+    generate_all,
+});
 
 use tenure::plugin::host::{self, Level, Wake};
 use wasip2::http::outgoing_handler;
