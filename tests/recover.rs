@@ -156,6 +156,9 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
         c.switch_to_join(i);
         c.spawn(i);
     }
+    for &i in &lost {
+        c.wait_event(i, "the new member to be ready", 0, is("node.ready").f());
+    }
     let others: Vec<String> = lost.iter().map(|&i| c.name(i).to_string()).collect();
     c.wait_owners("pair", 2, |owners| {
         owners.iter().any(|o| others.contains(&o.node))

@@ -9,9 +9,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+mod snapshot;
 mod watch;
 
 pub use admin::{AdminCommand, Connection, Target, admin};
+pub use snapshot::{SnapshotCommand, snapshot};
 pub use watch::watch;
 
 use crate::catalog;
@@ -71,6 +73,10 @@ pub enum Command {
     /// takes fencing tokens far above every earlier one, and grants nothing until a
     /// full TTL after it leads. Run it on the survivor with the longest log.
     Recover(RecoverArgs),
+    /// Snapshots of the replicated state: save one from a running node, check a file,
+    /// seed a new cluster from one.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Print every slot's owner, then every ownership change as the cluster applies it
     /// (granted, releasing, released, vacant), until interrupted. Any node answers; give
     /// --addr more than once (NAME@HOST:PORT) to fail over between nodes.
@@ -300,6 +306,7 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
              confirm"
         );
     }
+    check_bump(args.bump_token)?;
     let config = Config::load(Some(&args.config), Overrides::default())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -327,7 +334,19 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn list(names: &[String]) -> String {
+/// Refuses a token bump too small to keep new tokens above a lost cluster's.
+pub(crate) fn check_bump(bump: u64) -> anyhow::Result<()> {
+    if bump < crate::raft::MIN_BUMP {
+        anyhow::bail!(
+            "--bump-token {bump} is below {}: new fencing tokens could fall among those the \
+             lost cluster granted, and downstream services would refuse the new owners",
+            crate::raft::MIN_BUMP
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn list(names: &[String]) -> String {
     if names.is_empty() {
         "none".into()
     } else {

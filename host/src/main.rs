@@ -17,6 +17,7 @@ fn main() {
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),
         Command::Recover(args) => tenure::cli::recover(args),
+        Command::Snapshot(command) => tenure::cli::snapshot(command),
         Command::Watch(args) => tenure::cli::watch(args.resource, args.json, args.conn),
         Command::Compile { out } => std::process::exit(tenure::runtime::compile_child(&out)),
     };

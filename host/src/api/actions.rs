@@ -26,9 +26,12 @@ pub fn command_for(
     now_ms: u64,
 ) -> Result<Command, String> {
     match request {
-        AdminRequest::Status | AdminRequest::StatusPage(_) | AdminRequest::Watch { .. } => Err(
-            format!("{request} is a question, not an action: it has no command"),
-        ),
+        AdminRequest::Status
+        | AdminRequest::StatusPage(_)
+        | AdminRequest::Watch { .. }
+        | AdminRequest::Snapshot { .. } => Err(format!(
+            "{request} is a question, not an action: it has no command"
+        )),
         AdminRequest::Move { resource, slot, to } => {
             let (slot, held) = granted_slot(cluster, resource, *slot, "move")?;
             not_releasing(resource, slot, held)?;

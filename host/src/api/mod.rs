@@ -103,6 +103,10 @@ pub enum AdminRequest {
         resource: Option<String>,
         after: Option<u64>,
     },
+    /// A page of a snapshot of the replicated state (`tenure snapshot save`): from
+    /// `offset` of the snapshot `id` names, or of a new one when `id` is `None` or that
+    /// one is no longer kept (then from the start).
+    Snapshot { id: Option<u64>, offset: u64 },
 }
 
 /// A node's answer to an [`AdminRequest`].
@@ -120,6 +124,20 @@ pub enum AdminResponse {
     StatusPage(StatusPage),
     /// The answer to [`AdminRequest::Watch`].
     Watch(WatchAnswer),
+    /// The answer to [`AdminRequest::Snapshot`].
+    Snapshot(SnapshotPage),
+}
+
+/// A page of a snapshot: `bytes` from `offset` of an image of `total` bytes, described by
+/// `header` (a snapshot file's JSON header line).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPage {
+    /// The snapshot, to ask for its next page.
+    pub id: u64,
+    pub header: String,
+    pub offset: u64,
+    pub total: u64,
+    pub bytes: Vec<u8>,
 }
 
 /// The node's side of the admin API.
@@ -264,6 +282,7 @@ impl fmt::Display for AdminRequest {
                 Ok(())
             }
             AdminRequest::Remove { node } => write!(f, "remove {node}"),
+            AdminRequest::Snapshot { .. } => write!(f, "snapshot save"),
             AdminRequest::StatusPage(query) => {
                 f.write_str("status")?;
                 if let Some(resource) = &query.resource {

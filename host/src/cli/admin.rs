@@ -244,6 +244,7 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminResponse::Done(message) => println!("{}", escape(&message)),
         AdminResponse::StatusPage(_) => anyhow::bail!("the node answered with a status page"),
         AdminResponse::Watch(_) => anyhow::bail!("the node answered with a watch"),
+        AdminResponse::Snapshot(_) => anyhow::bail!("the node answered with a snapshot"),
         AdminResponse::Leader { node, addr } => {
             anyhow::bail!(
                 "{} at {} is the leader: send the request there",

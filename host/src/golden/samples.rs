@@ -363,6 +363,13 @@ fn admin_values() -> AdminValues {
                 after: Some(12),
             },
         ),
+        (
+            "snapshot",
+            AdminRequest::Snapshot {
+                id: Some(3),
+                offset: 262_144,
+            },
+        ),
     ];
     let responses = vec![
         ("status", AdminResponse::Status(status.clone())),
@@ -390,6 +397,16 @@ fn admin_values() -> AdminValues {
                 upto: 19,
                 events: listing(&cluster, None, &pending).unwrap(),
                 members: vec![("n1".into(), "10.0.0.1:7400".into())],
+            }),
+        ),
+        (
+            "snapshot",
+            AdminResponse::Snapshot(crate::api::SnapshotPage {
+                id: 3,
+                header: "{\"index\":12}".into(),
+                offset: 4,
+                total: 9,
+                bytes: vec![1, 2, 3],
             }),
         ),
     ];
@@ -441,6 +458,7 @@ fn request_kind(request: &AdminRequest) -> &'static str {
         AdminRequest::Remove { .. } => "remove",
         AdminRequest::StatusPage(_) => "status-page",
         AdminRequest::Watch { .. } => "watch",
+        AdminRequest::Snapshot { .. } => "snapshot",
     }
 }
 
@@ -452,6 +470,7 @@ fn answer_kind(answer: &AdminResponse) -> &'static str {
         AdminResponse::Leader { .. } => "leader",
         AdminResponse::StatusPage(_) => "status-page",
         AdminResponse::Watch(_) => "watch",
+        AdminResponse::Snapshot(_) => "snapshot",
     }
 }
 
@@ -474,9 +493,9 @@ fn every_kind_has_a_sample() {
     let requests: BTreeSet<_> = requests.iter().map(|(_, r)| request_kind(r)).collect();
     assert_eq!(
         requests.len(),
-        9,
+        10,
         "admin requests with a sample: {requests:?}"
     );
     let answers: BTreeSet<_> = answers.iter().map(|(_, a)| answer_kind(a)).collect();
-    assert_eq!(answers.len(), 5, "admin answers with a sample: {answers:?}");
+    assert_eq!(answers.len(), 6, "admin answers with a sample: {answers:?}");
 }

@@ -20,11 +20,15 @@ use crate::runtime::BoxFuture;
 
 struct NodeAdmin {
     shared: Arc<Shared>,
+    snapshots: Arc<super::backup::Kept>,
 }
 
 /// The operator handler the node's endpoint serves.
 pub fn adapter(shared: Arc<Shared>) -> Arc<dyn crate::rpc::OperatorService> {
-    crate::api::AdminService::new(Arc::new(NodeAdmin { shared }))
+    crate::api::AdminService::new(Arc::new(NodeAdmin {
+        shared,
+        snapshots: Arc::default(),
+    }))
 }
 
 impl Admin for NodeAdmin {
@@ -34,6 +38,7 @@ impl Admin for NodeAdmin {
         request: AdminRequest,
     ) -> BoxFuture<Result<AdminResponse, String>> {
         let shared = self.shared.clone();
+        let snapshots = self.snapshots.clone();
         let operator = operator.to_owned();
         Box::pin(async move {
             let now = now_ms();
@@ -42,6 +47,10 @@ impl Admin for NodeAdmin {
             }
             if let AdminRequest::Watch { resource, after } = &request {
                 return watch(&shared, resource.as_deref(), *after).await;
+            }
+            if let AdminRequest::Snapshot { id, offset } = request {
+                let page = super::backup::page(&shared, &snapshots, id, offset).await?;
+                return Ok(AdminResponse::Snapshot(page));
             }
             let (command, message) = shared.read(|c| {
                 crate::api::command_for(&request, c, now)

@@ -18,6 +18,7 @@
 
 mod admin;
 mod adverts;
+mod backup;
 mod datadir;
 mod grants;
 mod handoff;
@@ -59,7 +60,7 @@ use leader::Liveness;
 use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
 use plugins::Folder;
-pub use recovery::recover;
+pub use recovery::{recover, restore};
 use session::Renewals;
 #[cfg(test)]
 pub(crate) use session::{RENEW, Renew, Renewed};

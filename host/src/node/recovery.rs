@@ -21,3 +21,26 @@ pub async fn recover(config: &Config, bump: u64) -> Result<Recovered, NodeError>
     let now = super::shared::now_ms();
     Ok(crate::raft::recover(&config.data_dir, &me, bump, now).await?)
 }
+
+/// Seeds a new cluster in the node's empty data dir from the snapshot file `file`, the
+/// node of `config` its only voter, tokens `bump` further on (`raft/recover.rs`).
+pub async fn restore(
+    config: &Config,
+    file: &std::path::Path,
+    bump: u64,
+) -> Result<Recovered, NodeError> {
+    preflight::data_dir_free(&config.data_dir)?;
+    super::datadir::prepare(&config.data_dir).map_err(|source| NodeError::Folder {
+        what: "data",
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let _lock = preflight::lock_data_dir(&config.data_dir)?;
+    let addr = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| config.listen.clone());
+    let me = Peer::new(config.name.clone(), addr);
+    let now = super::shared::now_ms();
+    Ok(crate::raft::restore(&config.data_dir, file, &me, bump, now).await?)
+}

@@ -6,8 +6,9 @@
 //! - **Does the node leave?** A certificate file names its node. After `tenure certs
 //!   rotate` the node presents a new key, and revoking the old certificate (as a rotation
 //!   runbook says) must not take a live node out of the cluster. So the node leaves the
-//!   Raft membership only if it is not seen on another key now; a node that is not
-//!   connected at all leaves (its key is the best knowledge there is).
+//!   Raft membership at once only if it is seen on the revoked key; one not connected
+//!   leaves once its session has ended (it cannot renew on a revoked key) unless it
+//!   comes back on another key first.
 //! - **Is the key real?** A key given alone (`--fingerprint`) must be one that a member
 //!   or an operator presented to this leader since it started, or `--force` is needed:
 //!   a typo, or a certificate's fingerprint given for its key's, would otherwise revoke
@@ -15,9 +16,11 @@
 //! - **Who takes the node out?** A leader whose own key is revoked is refused by every
 //!   node at once, so it cannot replicate its own removal. Taking revoked nodes out of
 //!   the membership is therefore a duty of whichever node leads ([`Removals`]): a Raft
-//!   member that a revocation names, that opened no session since, and that no live
-//!   connection shows on another key, is removed. openraft 0.9 has no leadership
-//!   transfer, so this is how the removal finishes once the next leader is elected.
+//!   member that a revocation of the last [`RECENT`] names, that has no session, and
+//!   that no live connection shows on another key, is removed. openraft 0.9 has no
+//!   leadership transfer, so this is how the removal finishes once the next leader is
+//!   elected. The window keeps an old revocation from removing, years later, a node
+//!   that was given a new key and restarts; revocation times are the proposers' clocks.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -75,7 +78,19 @@ pub fn vet(shared: &Shared, request: &AdminRequest, command: Command) -> Result<
         });
     }
     let in_use = keys_in_use(shared, &name);
-    if !in_use.is_empty() && !in_use.contains(key) {
+    if in_use.is_empty() {
+        // Not connected: it may be restarting on a new key. The leader's duty removes it
+        // once its session has ended, if it has not come back by then.
+        return Ok(Vetted {
+            command,
+            note: Some(format!(
+                "{name} is not connected now: it leaves the Raft membership once its \
+                 session has ended, unless it comes back on another key first"
+            )),
+            leaving: None,
+        });
+    }
+    if !in_use.contains(key) {
         let keys: Vec<&str> = in_use.iter().map(String::as_str).collect();
         let Command::Revoke {
             key,
@@ -156,6 +171,9 @@ fn keys_in_use(shared: &Shared, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// How long after a revocation the leader's duty may remove its node.
+const RECENT: Duration = Duration::from_secs(600);
+
 /// How long [`take_out`] tries.
 const TAKE_OUT_WITHIN: Duration = Duration::from_secs(5);
 
@@ -216,10 +234,11 @@ impl Removals {
     }
 }
 
-/// A Raft member other than this node that a revocation names, that opened no session
-/// since, and that is not seen on another key.
+/// A Raft member other than this node that a recent revocation names, that has no
+/// session, and that is not connected.
 fn due(shared: &Shared) -> Option<String> {
     let members = shared.control.members();
+    let since = super::shared::now_ms().saturating_sub(RECENT.as_millis() as u64);
     let candidates: Vec<String> = shared.read(|c| {
         members
             .voters
@@ -227,18 +246,12 @@ fn due(shared: &Shared) -> Option<String> {
             .chain(members.learners.keys())
             .filter(|name| **name != shared.me)
             .filter(|name| {
-                let revoked_at = c
+                let recent = c
                     .revoked
                     .values()
-                    .filter(|r| r.node.as_deref() == Some(name.as_str()))
-                    .map(|r| r.at_ms)
-                    .max();
-                let opened = c
-                    .members
-                    .get(*name)
-                    .and_then(|m| m.session.as_ref())
-                    .map(|s| s.opened_ms);
-                revoked_at.is_some_and(|at| opened.is_none_or(|o| o <= at))
+                    .any(|r| r.node.as_deref() == Some(name.as_str()) && r.at_ms >= since);
+                let session = c.members.get(*name).is_some_and(|m| m.session.is_some());
+                recent && !session
             })
             .cloned()
             .collect()

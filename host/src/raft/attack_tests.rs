@@ -372,14 +372,15 @@ fn vote_request(sender: &str, term: u64) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn raft_messages_from_a_stranger_are_refused() {
+async fn raft_messages_from_a_stranger_and_a_learner_s_forged_term_are_refused() {
     init_logs();
     let mut group = Group::new();
     group.bootstrap(&["n1", "n2"], 2).await;
     let leader = group.leader(&["n1", "n2"]).await;
     let follower = if leader == "n1" { "n2" } else { "n1" };
     // n3 joins but stays a learner (the group wants 2 voters); n4 never joins. A learner
-    // is a member: its messages reach Raft (`healing_tests.rs` says why); n4's do not.
+    // is a member: its vote requests reach Raft (`healing_tests.rs` says why), but not an
+    // append of a higher term (only a forged vote could make one); n4's messages do not.
     for name in ["n3", "n4"] {
         let options = group.options(name);
         group.start(name, options).await;
@@ -391,15 +392,27 @@ async fn raft_messages_from_a_stranger_are_refused() {
         .unwrap();
     let term = group.control(follower).term();
 
-    for sender in ["n4"] {
-        for (kind, payload) in [
-            (APPEND_ENTRIES, append(sender, term + 10)),
-            (VOTE, vote_request(sender, term + 10)),
-        ] {
+    let refused = [
+        (
+            "n4",
+            APPEND_ENTRIES,
+            append("n4", term + 10),
+            "not a member",
+        ),
+        ("n4", VOTE, vote_request("n4", term + 10), "not a member"),
+        (
+            "n3",
+            APPEND_ENTRIES,
+            append("n3", term + 10),
+            "not a voter here",
+        ),
+    ];
+    for (sender, kind, payload, why) in refused {
+        {
             let answer = send(&group, sender, follower, kind, payload).await;
             match answer {
                 Err(crate::rpc::RpcError::Remote { message, .. }) => {
-                    assert!(message.contains("not a member"), "{message}")
+                    assert!(message.contains(why), "{message}")
                 }
                 other => panic!("kind {kind} from {sender} must be refused, got {other:?}"),
             }
@@ -414,7 +427,7 @@ async fn raft_messages_from_a_stranger_are_refused() {
         .find(|(why, _)| *why == Refusal::NotAMember)
         .unwrap()
         .1;
-    assert_eq!(not_a_member, 2);
+    assert_eq!(not_a_member, 3);
     assert_eq!(group.leader(&["n1", "n2"]).await, leader);
     group.shutdown().await;
 }

@@ -198,6 +198,11 @@ impl Shared {
     /// On the leader, while voters are fewer than the target: promotes the first caught-up
     /// learner (by name). Returns whether it promoted one.
     pub(crate) async fn promote(&self) -> bool {
+        // A recovered node stays the only voter while its hold lasts: a learner promoted
+        // now could lead after it, without the hold (`recover.rs`).
+        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let candidate = {
             let metrics = self.metrics.borrow();
             if !self.leads(&metrics) {

@@ -49,6 +49,7 @@
 //! `rejoin.rs`), or decide anything about the
 //! cluster state.
 
+mod backup;
 mod db;
 mod error;
 mod format;
@@ -95,6 +96,11 @@ use openraft::{ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use backup::{
+    FILE_FORMAT as SNAPSHOT_FILE_FORMAT, Header as SnapshotHeader, Taken as TakenSnapshot,
+    read_header as read_snapshot_header, sha256 as snapshot_sha256,
+    write_file as write_snapshot_file,
+};
 pub use error::{ControlError, ProposeError};
 pub use format::{
     FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
@@ -103,7 +109,7 @@ pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
     STORE_INFO, VOTE,
 };
-pub use recover::{DEFAULT_BUMP, Recovered, recover};
+pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
@@ -375,7 +381,10 @@ impl Control {
                 .map_err(unreadable)?;
             state.last_log_id.is_none() && vote.is_none() && *applied.borrow() == 0
         };
-        let hold = recover::hold(&db);
+        let hold = recover::hold(&db).map_err(|e| ControlError::Storage {
+            path: db::path(&options.data_dir),
+            reason: format!("cannot read the recovery hold: {e}"),
+        })?;
         let weak = Arc::downgrade(&db);
         drop(db);
         let me = node_id(&options.name);
@@ -851,31 +860,38 @@ impl Shared {
     }
 
     /// Whether node `name` may send this node Raft votes, appends and snapshots: it is a
-    /// member this node knows of, a voter or a learner of its membership or a member of
-    /// its replica. Not only the voters: a node that missed the entries that promoted a
-    /// learner and removed a voter holds an old membership, and must still vote for the
-    /// new voters and take their appends, or the cluster can wedge with a majority of the
-    /// new voters alive (Raft's own rule: servers accept messages from servers outside
-    /// their configuration). A node that has no membership yet (it has asked to join, or
-    /// awaits the bootstrap) knows no members, and takes them from whoever leads: the
-    /// first append brings the membership.
+    /// voter or a learner of its membership. Not only the voters: a node that missed the
+    /// entries that promoted a learner and removed a voter holds an old membership, and
+    /// must still vote for the new voters and take their appends, or the cluster can
+    /// wedge with a majority of the new voters alive (Raft's own rule: servers accept
+    /// messages from servers outside their configuration). A non-voter's append must
+    /// also be of no higher term than this node's (`service.rs`). A node that has no
+    /// membership yet (it has asked to join, or awaits the bootstrap) knows no members,
+    /// and takes them from whoever leads: the first append brings the membership.
     fn may_lead(&self, name: &str) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
-        let known = membership
+        membership
             .get_node(&node_id(name))
-            .is_some_and(|p| p.name == name);
-        drop(metrics);
-        known
-            || self
-                .cluster
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .members
-                .contains_key(name)
+            .is_some_and(|p| p.name == name)
+    }
+
+    /// Whether node `name` is a voter of this node's membership (either side of a joint
+    /// one), or this node has no membership yet.
+    fn is_voter_here(&self, name: &str) -> bool {
+        let metrics = self.metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        if membership.nodes().next().is_none() {
+            return true;
+        }
+        let id = node_id(name);
+        membership
+            .get_joint_config()
+            .iter()
+            .any(|voters| voters.contains(&id))
     }
 
     /// Whether node `name` is in the membership (voter or learner).

@@ -41,6 +41,10 @@ use crate::cluster::{Cluster, Command, Proposal};
 /// thousand entries a second; this is 11 days of that).
 pub const DEFAULT_BUMP: u64 = 1_000_000_000;
 
+/// The smallest bump taken: below it, new tokens could fall among those a lost majority
+/// granted in a few minutes.
+pub const MIN_BUMP: u64 = 1_000_000;
+
 /// The table that holds the hold, apart from the format record.
 const RECOVERY: TableDefinition<&str, &[u8]> = TableDefinition::new("recovery");
 const HOLD: &str = "hold";
@@ -81,6 +85,47 @@ pub async fn recover(
     }
     let db = db::open(data_dir).await?;
     let (image, entries, vote) = read(&db).map_err(|e| storage(&e))?;
+    rewrite(&db, image, entries, vote, me, bump, now_ms).map_err(|e| storage(&e))
+}
+
+/// Seeds a new cluster in the empty `data_dir` from the snapshot file `file`, with `me`
+/// as its only voter: as [`recover`] does from a survivor's own store (sessions ended,
+/// other members forgotten, tokens `bump` further on, a hold on grants).
+pub async fn restore(
+    data_dir: &Path,
+    file: &Path,
+    me: &Peer,
+    bump: u64,
+    now_ms: u64,
+) -> Result<Recovered, ControlError> {
+    let path = db::path(data_dir);
+    if path.exists() {
+        return Err(ControlError::Storage {
+            path,
+            reason: "this data dir already has a Raft store; restore seeds a new cluster \
+                     into an empty data dir (give the node a new one)"
+                .into(),
+        });
+    }
+    let (_, image) = super::backup::read_file(file).map_err(ControlError::Options)?;
+    let db = db::open(data_dir).await?;
+    rewrite(&db, image, Vec::new(), None, me, bump, now_ms).map_err(|e| ControlError::Storage {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// Applies `entries` after `image`, then writes the one-voter snapshot (see the module
+/// doc).
+fn rewrite(
+    db: &Database,
+    image: Image,
+    entries: Vec<Entry>,
+    vote: Option<Vote>,
+    me: &Peer,
+    bump: u64,
+    now_ms: u64,
+) -> Result<Recovered, redb::Error> {
     let Image {
         applied,
         membership,
@@ -113,9 +158,21 @@ pub async fn recover(
     let term = last
         .map_or(0, |l| l.leader_id.term)
         .max(vote.map_or(0, |v| v.leader_id().get_term()));
-    let index = last.map_or(0, |l| l.index).saturating_add(bump.max(1));
+    let index = last
+        .map_or(0, |l| l.index)
+        .saturating_add(bump.max(MIN_BUMP));
     let (sessions, forgotten) = forget(&mut cluster, &me.name, index, term, now_ms);
 
+    // A wildcard listen address is no address to dial: keep the one the cluster knew.
+    let unspecified = me
+        .addr
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified());
+    let me = match membership.membership().get_node(&node_id(&me.name)) {
+        Some(known) if unspecified => known.clone(),
+        _ => me.clone(),
+    };
+    let me = &me;
     let me_id = node_id(&me.name);
     let log_id = LogId::new(CommittedLeaderId::new(term, me_id), index);
     let only_me = Membership::new(
@@ -123,12 +180,11 @@ pub async fn recover(
         BTreeMap::from([(me_id, me.clone())]),
     );
     let membership = StoredMembership::new(Some(log_id), only_me);
-    let data = db::encode(&Image {
+    let data = encode(&Image {
         applied: Some(log_id),
         membership: membership.clone(),
         cluster,
-    })
-    .map_err(|e| storage(&e))?;
+    })?;
     let stored = Stored {
         meta: SnapshotMeta {
             last_log_id: Some(log_id),
@@ -137,7 +193,7 @@ pub async fn recover(
         },
         data,
     };
-    write(&db, &stored, log_id, Vote::new(term, me_id), now_ms).map_err(|e| storage(&e))?;
+    write(db, &stored, log_id, Vote::new(term, me_id), now_ms)?;
     Ok(Recovered {
         last: last.map(|l| (l.leader_id.term, l.index)),
         index,
@@ -263,13 +319,12 @@ fn write(
 
 /// Whether the store carries a recovery's hold: grant nothing until a full TTL after
 /// this node first leads.
-pub(crate) fn hold(db: &Database) -> bool {
-    let Ok(tx) = db.begin_read() else {
-        return false;
-    };
+pub(crate) fn hold(db: &Database) -> Result<bool, redb::Error> {
+    let tx = db.begin_read()?;
     match tx.open_table(RECOVERY) {
-        Ok(table) => table.get(HOLD).ok().flatten().is_some(),
-        Err(_) => false,
+        Ok(table) => Ok(table.get(HOLD)?.is_some()),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -86,6 +86,7 @@ impl Shared {
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
                 refuse_while_forming(self)?;
                 self.check_member(from, "AppendEntries")?;
+                self.check_term(from, request.vote.leader_id().get_term(), "AppendEntries")?;
                 self.appends.send_modify(|n| *n += 1);
                 let term = request.vote.leader_id().get_term();
                 // In flight from before Raft sees it until recorded (`heard.rs`).
@@ -111,6 +112,7 @@ impl Shared {
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
                 refuse_while_forming(self)?;
                 self.check_member(from, "snapshot chunk")?;
+                self.check_term(from, request.vote.leader_id().get_term(), "snapshot chunk")?;
                 let vote = request.vote;
                 let hearing = self.heard.hearing().await;
                 let answer = self.raft.install_snapshot(request).await;
@@ -154,6 +156,26 @@ impl Shared {
             return Ok(());
         }
         let error = format!("a {what} from {from}, which is not a member this node knows of");
+        self.refusals.record(Refusal::NotAMember, from, &error);
+        Err(error)
+    }
+}
+
+impl Shared {
+    /// Refuses an append or snapshot of a higher term than this node's from a node that is
+    /// not a voter here: a learner's vote requests are taken (a voter that missed its
+    /// promotion must elect it), and once elected it leads in the term this node took
+    /// when it voted; a higher term from a non-voter could only be forged, and would
+    /// depose the leader and truncate this node's log.
+    fn check_term(&self, from: &str, term: u64, what: &str) -> Result<(), String> {
+        let current = self.metrics.borrow().current_term;
+        if term <= current || self.is_voter_here(from) {
+            return Ok(());
+        }
+        let error = format!(
+            "a {what} of term {term} from {from}, which is not a voter here, above this \
+             node's term {current}"
+        );
         self.refusals.record(Refusal::NotAMember, from, &error);
         Err(error)
     }
