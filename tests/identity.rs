@@ -107,3 +107,18 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
     assert_increasing(&counts(&cluster.merged()));
     assert_safe(&cluster.merged(), "counter", 1);
 }
+
+/// A node that waits for its peers (here, a majority of initial members that is not
+/// there) stops cleanly when asked: exit 0, not killed by the signal, since nothing runs
+/// yet. Systemd and Kubernetes stop nodes that are still forming.
+#[test]
+fn a_node_waiting_for_its_peers_stops_cleanly_when_asked() {
+    let mut cluster = Cluster::builder(2).build();
+    cluster.spawn(0);
+    cluster.wait_event(0, "n1 to wait for its peers", 0, is("cluster.waiting").f());
+    let status = cluster.stop(0);
+    assert!(
+        status.success(),
+        "a forming node asked to stop exited with {status}"
+    );
+}

@@ -354,11 +354,20 @@ pub(crate) fn list(names: &[String]) -> String {
     }
 }
 
-/// Resolves at the first SIGINT or SIGTERM. A second one exits at once.
-async fn shutdown_signal() {
+/// Resolves at the first SIGINT or SIGTERM. A second one exits at once. The handlers
+/// are installed when this is called (inside the runtime), not when the future is first
+/// polled: a signal while the node forms or joins must not kill it by default.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    let term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    async move { shutdown_then_abort(int, term).await }
+}
+
+async fn shutdown_then_abort(
+    mut int: tokio::signal::unix::Signal,
+    mut term: tokio::signal::unix::Signal,
+) {
     tokio::select! {
         _ = int.recv() => {},
         _ = term.recv() => {},

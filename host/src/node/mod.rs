@@ -193,21 +193,35 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let metrics_probe = Arc::new(probe::NodeProbe::new(shared.clone()));
     let _metrics = probe::serve(config.metrics, metrics_probe.clone()).await?;
 
-    if config.join.is_empty() {
-        let mut members: BTreeMap<String, String> = config
-            .peers
-            .iter()
-            .map(|p| (p.name.clone(), p.addr.clone()))
-            .collect();
-        members.insert(config.name.clone(), advertise.clone());
-        shared.control.bootstrap(&members).await?;
-    } else {
-        let via: Vec<(String, String)> = config
-            .join
-            .iter()
-            .map(|p| (p.name.clone(), p.addr.clone()))
-            .collect();
-        shared.control.join(&via).await?;
+    // Forming or joining can wait for peers for as long as they are away: a stop asked
+    // meanwhile ends the node cleanly (nothing runs yet), as it would later.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let formed = async {
+        if config.join.is_empty() {
+            let mut members: BTreeMap<String, String> = config
+                .peers
+                .iter()
+                .map(|p| (p.name.clone(), p.addr.clone()))
+                .collect();
+            members.insert(config.name.clone(), advertise.clone());
+            shared.control.bootstrap(&members).await
+        } else {
+            let via: Vec<(String, String)> = config
+                .join
+                .iter()
+                .map(|p| (p.name.clone(), p.addr.clone()))
+                .collect();
+            shared.control.join(&via).await
+        }
+    };
+    tokio::select! {
+        formed = formed => formed?,
+        _ = shutdown.as_mut() => {
+            tracing::info!(event = events::NODE_STOPPED, node = %config.name, "stopped before it formed or joined the cluster");
+            shared.control.shutdown().await;
+            rpc.close().await;
+            return Ok(());
+        }
     }
 
     tracing::info!(
@@ -263,7 +277,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Loaded or removed plugins not yet in `plugins` and the adverts (see `PUBLISH_EVERY`).
     let mut unpublished = false;
     let mut published_at = tokio::time::Instant::now();
-    let mut shutdown = std::pin::pin!(shutdown);
     // A node whose Raft stopped on a fatal error (its store failed) has a frozen replica:
     // handovers never reach it and its saves time out, while the leader would go on
     // renewing its session. It stops renewing, stops its plugins and exits with the cause.
