@@ -13,33 +13,10 @@ use std::time::Duration;
 
 use support::*;
 
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 #[test]
 fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     let ttl = Duration::from_secs(2);
-    let mut c = Cluster::builder(3).ttl(ttl).build();
-    c.install_plugin_everywhere(
-        "counter",
-        &manifest("counter", 1, "1.0.0"),
-        &plugins().counter_bytes(),
-    );
-    c.install_plugin_everywhere(
-        "pair",
-        &manifest("pair", 2, "1.0.0"),
-        &plugins().heartbeat_bytes(),
-    );
-    c.start();
-    c.wait("the counter counts to 3", WAIT, |c| {
-        (counts(&c.merged()).len() >= 3).then_some(())
-    });
-    c.wait_owners("pair", 2, |_| true);
+    let mut c = counting_cluster(ttl);
     // The leader holds every committed entry.
     let survivor = c.index(&c.wait_leader());
     let name = c.name(survivor).to_string();
@@ -55,11 +32,11 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     let dir = c.node(survivor).dir().to_path_buf();
     eprintln!("phase: recover is refused while the node runs");
     let running = tenure(&["recover", "--config", &config, "--lost-majority"], &dir);
-    assert_eq!(running.status.code(), Some(1), "{}", stderr(&running));
+    assert_eq!(running.status.code(), Some(1), "{}", stderr_of(&running));
     assert!(
-        stderr(&running).contains("uses the data dir"),
+        stderr_of(&running).contains("uses the data dir"),
         "says the node runs: {}",
-        stderr(&running)
+        stderr_of(&running)
     );
     c.kill(survivor);
     let before = c.merged();
@@ -79,12 +56,12 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
         unconfirmed.status.code(),
         Some(1),
         "{}",
-        stderr(&unconfirmed)
+        stderr_of(&unconfirmed)
     );
     assert!(
-        stderr(&unconfirmed).contains("--lost-majority"),
+        stderr_of(&unconfirmed).contains("--lost-majority"),
         "asks for the confirmation: {}",
-        stderr(&unconfirmed)
+        stderr_of(&unconfirmed)
     );
 
     eprintln!("phase: tenure recover on {name}");
@@ -92,13 +69,17 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     assert!(
         recovered.status.success(),
         "recover: {}",
-        stderr(&recovered)
+        stderr_of(&recovered)
     );
-    let said = stdout(&recovered);
+    let said = stdout_of(&recovered);
     eprintln!("recover said:\n{said}");
     assert!(said.contains("only voter"), "{said}");
     let again = tenure(&["recover", "--config", config, "--lost-majority"], &dir);
-    assert!(again.status.success(), "recover twice: {}", stderr(&again));
+    assert!(
+        again.status.success(),
+        "recover twice: {}",
+        stderr_of(&again)
+    );
 
     eprintln!("phase: {name} starts alone, leads, and grants nothing for a full TTL");
     c.spawn(survivor);

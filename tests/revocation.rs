@@ -16,14 +16,6 @@ use std::process::Output;
 use serde_json::Value;
 use support::*;
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// The Raft role `status` (asked of node `via`) gives `name`, if it lists it.
 fn role(c: &Cluster, via: usize, name: &str) -> Option<String> {
     let status = c.status_via(via);
@@ -42,7 +34,7 @@ fn revoke(c: &Cluster, via: usize, args: &[&str]) -> Output {
     loop {
         let out = c.admin_as(via, OPERATOR, &all);
         attempts += 1;
-        if out.status.success() || attempts == 3 || !stderr(&out).contains("no leader") {
+        if out.status.success() || attempts == 3 || !stderr_of(&out).contains("no leader") {
             return out;
         }
     }
@@ -72,11 +64,11 @@ fn revoking_a_key_a_node_no_longer_uses_leaves_the_node_a_member() {
     eprintln!("phase: a typo'd fingerprint is refused without --force");
     let typo = format!("sha256:{}", "ab".repeat(32));
     let refused = revoke(&c, l, &["--fingerprint", &typo]);
-    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr_of(&refused));
     assert!(
-        stderr(&refused).contains("--force") && stderr(&refused).contains(&typo),
+        stderr_of(&refused).contains("--force") && stderr_of(&refused).contains(&typo),
         "says why and how to insist: {}",
-        stderr(&refused)
+        stderr_of(&refused)
     );
     let status = c.status_via(l);
     assert_eq!(status["revoked"], Value::Array(vec![]), "nothing revoked");
@@ -90,11 +82,11 @@ fn revoking_a_key_a_node_no_longer_uses_leaves_the_node_a_member() {
     let cert_hash = own["certificate"].as_str().unwrap();
     let key_hash = own["key"].as_str().unwrap();
     let refused = revoke(&c, l, &["--fingerprint", cert_hash]);
-    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr_of(&refused));
     assert!(
-        stderr(&refused).contains("certificate") && stderr(&refused).contains(key_hash),
+        stderr_of(&refused).contains("certificate") && stderr_of(&refused).contains(key_hash),
         "names the key of that certificate: {}",
-        stderr(&refused)
+        stderr_of(&refused)
     );
 
     eprintln!("phase: {rotated} rotates its key");
@@ -127,8 +119,8 @@ fn revoking_a_key_a_node_no_longer_uses_leaves_the_node_a_member() {
 
     eprintln!("phase: the operator revokes {rotated}'s old certificate");
     let said = revoke(&c, l, &[old.to_str().unwrap()]);
-    assert!(said.status.success(), "revoke: {}", stderr(&said));
-    let text = stdout(&said);
+    assert!(said.status.success(), "revoke: {}", stderr_of(&said));
+    let text = stdout_of(&said);
     assert!(
         text.contains(&format!("{rotated} uses another key")),
         "says the node stays: {text}"
@@ -215,12 +207,12 @@ fn revoking_the_leader_s_key_takes_it_out_of_the_voters() {
     assert!(
         said.status.success(),
         "revoking the leader succeeds: {}",
-        stderr(&said)
+        stderr_of(&said)
     );
     assert!(
-        stdout(&said).contains("next leader"),
+        stdout_of(&said).contains("next leader"),
         "says who finishes the removal: {}",
-        stdout(&said)
+        stdout_of(&said)
     );
 
     eprintln!("phase: a new leader takes {leader} out of the voters");

@@ -12,33 +12,10 @@ use std::time::Duration;
 
 use support::*;
 
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 #[test]
 fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
     let ttl = Duration::from_secs(2);
-    let mut c = Cluster::builder(3).ttl(ttl).build();
-    c.install_plugin_everywhere(
-        "counter",
-        &manifest("counter", 1, "1.0.0"),
-        &plugins().counter_bytes(),
-    );
-    c.install_plugin_everywhere(
-        "pair",
-        &manifest("pair", 2, "1.0.0"),
-        &plugins().heartbeat_bytes(),
-    );
-    c.start();
-    c.wait("the counter counts to 3", WAIT, |c| {
-        (counts(&c.merged()).len() >= 3).then_some(())
-    });
-    c.wait_owners("pair", 2, |_| true);
+    let mut c = counting_cluster(ttl);
     // A count logged a period before the save is in the leader's applied state.
     let saved_at_least = {
         let all = counts(&c.merged());
@@ -50,12 +27,16 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
     let file = c.node(leader).dir().parent().unwrap().join("backup.snap");
     let file_arg = file.to_str().unwrap().to_string();
     let saved = c.admin_as(leader, OPERATOR, &["snapshot", "save", &file_arg]);
-    assert!(saved.status.success(), "save: {}", stderr(&saved));
-    assert!(stdout(&saved).contains("index"), "{}", stdout(&saved));
+    assert!(saved.status.success(), "save: {}", stderr_of(&saved));
+    assert!(stdout_of(&saved).contains("index"), "{}", stdout_of(&saved));
     let dir = c.node(0).dir().to_path_buf();
     let status = tenure(&["snapshot", "status", &file_arg], &dir);
-    assert!(status.status.success(), "status: {}", stderr(&status));
-    assert!(stdout(&status).contains("(matches)"), "{}", stdout(&status));
+    assert!(status.status.success(), "status: {}", stderr_of(&status));
+    assert!(
+        stdout_of(&status).contains("(matches)"),
+        "{}",
+        stdout_of(&status)
+    );
 
     eprintln!("phase: a damaged copy is refused");
     let damaged = file.with_extension("damaged");
@@ -64,7 +45,7 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
     bytes[last] ^= 0xff;
     std::fs::write(&damaged, &bytes).unwrap();
     let refused = tenure(&["snapshot", "status", damaged.to_str().unwrap()], &dir);
-    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout_of(&refused));
 
     eprintln!("phase: every node and every data dir is lost");
     for i in 0..3 {
@@ -86,12 +67,16 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
         &["snapshot", "restore", &file_arg, "--config", config],
         &dir,
     );
-    assert!(restored.status.success(), "restore: {}", stderr(&restored));
-    eprintln!("restore said:\n{}", stdout(&restored));
     assert!(
-        stdout(&restored).contains("only voter"),
+        restored.status.success(),
+        "restore: {}",
+        stderr_of(&restored)
+    );
+    eprintln!("restore said:\n{}", stdout_of(&restored));
+    assert!(
+        stdout_of(&restored).contains("only voter"),
         "{}",
-        stdout(&restored)
+        stdout_of(&restored)
     );
     let again = tenure(
         &["snapshot", "restore", &file_arg, "--config", config],
@@ -103,9 +88,9 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
         "a second restore into the same dir"
     );
     assert!(
-        stderr(&again).contains("already has a Raft store"),
+        stderr_of(&again).contains("already has a Raft store"),
         "{}",
-        stderr(&again)
+        stderr_of(&again)
     );
 
     eprintln!("phase: n1 leads the restored cluster and grants nothing for a TTL");

@@ -1094,3 +1094,26 @@ pub fn run_bounded(mut command: Command, what: &str) -> Output {
         .unwrap_or_else(|e| panic!("spawning {what}: {e}"));
     wait_output(child, WAIT, what)
 }
+
+/// Three nodes with lease TTL `ttl` running `counter` (one slot) and `pair` (two slots,
+/// heartbeat), started, once the counter has counted to 3 and both pair slots are owned:
+/// the cluster the disaster tests (`recover`, `snapshot`) lose and bring back.
+pub fn counting_cluster(ttl: std::time::Duration) -> Cluster {
+    let mut c = Cluster::builder(3).ttl(ttl).build();
+    c.install_plugin_everywhere(
+        "counter",
+        &manifest("counter", 1, "1.0.0"),
+        &super::plugins().counter_bytes(),
+    );
+    c.install_plugin_everywhere(
+        "pair",
+        &manifest("pair", 2, "1.0.0"),
+        &super::plugins().heartbeat_bytes(),
+    );
+    c.start();
+    c.wait("the counter counts to 3", super::WAIT, |c| {
+        (super::counts(&c.merged()).len() >= 3).then_some(())
+    });
+    c.wait_owners("pair", 2, |_| true);
+    c
+}

@@ -1343,6 +1343,16 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// What a command wrote to stdout, as text.
+pub fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What a command wrote to stderr, as text.
+pub fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};

@@ -13,13 +13,8 @@ pub async fn recover(config: &Config, bump: u64) -> Result<Recovered, NodeError>
     preflight::data_dir_free(&config.data_dir)?;
     preflight::store_format(&config.data_dir)?;
     let _lock = preflight::lock_data_dir(&config.data_dir)?;
-    let addr = config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| config.listen.clone());
-    let me = Peer::new(config.name.clone(), addr);
     let now = super::shared::now_ms();
-    Ok(crate::raft::recover(&config.data_dir, &me, bump, now).await?)
+    Ok(crate::raft::recover(&config.data_dir, &me(config), bump, now).await?)
 }
 
 /// Seeds a new cluster in the node's empty data dir from the snapshot file `file`, the
@@ -36,11 +31,15 @@ pub async fn restore(
         source,
     })?;
     let _lock = preflight::lock_data_dir(&config.data_dir)?;
+    let now = super::shared::now_ms();
+    Ok(crate::raft::restore(&config.data_dir, file, &me(config), bump, now).await?)
+}
+
+/// This node as the new membership lists it: its name and the address peers dial.
+fn me(config: &Config) -> Peer {
     let addr = config
         .advertise
         .clone()
         .unwrap_or_else(|| config.listen.clone());
-    let me = Peer::new(config.name.clone(), addr);
-    let now = super::shared::now_ms();
-    Ok(crate::raft::restore(&config.data_dir, file, &me, bump, now).await?)
+    Peer::new(config.name.clone(), addr)
 }
