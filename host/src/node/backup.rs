@@ -21,6 +21,8 @@ const KEEP: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub struct Kept {
     inner: Mutex<Option<(u64, Instant, std::sync::Arc<TakenSnapshot>)>>,
+    /// The id of the last snapshot taken.
+    taken: std::sync::atomic::AtomicU64,
 }
 
 /// The page at `offset` of the snapshot `id`, or of a new one (from the start) when `id`
@@ -47,7 +49,10 @@ pub async fn page(
                 .await
                 .map_err(|e| format!("cannot take a snapshot: {e}"))?;
             let taken = std::sync::Arc::new(taken);
-            let id = taken.header.index ^ now_ms();
+            let id = kept
+                .taken
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
             *kept.inner.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some((id, Instant::now(), taken.clone()));
             (id, taken, 0)

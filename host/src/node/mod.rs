@@ -8,7 +8,8 @@
 //! - `leader.rs`: while it leads, session expiry and the placement plan;
 //! - `owner.rs`: the slots granted to it, run by supervisors;
 //! - `grants.rs`: restarts, releases and fenced state saves as Raft commands;
-//! - `admin.rs`: operator requests.
+//! - `admin.rs`: operator requests; `revocations.rs`: what `revoke` does to a node;
+//!   `backup.rs`: `snapshot save` pages; `recovery.rs`: `recover` and `snapshot restore`.
 //!
 //! Shutdown is ordered (DESIGN.md invariant 4): stop taking folder changes → withdraw the
 //! adverts and hand every slot over (`releasing: shutdown`) in one command → each plugin

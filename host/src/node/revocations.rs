@@ -92,22 +92,12 @@ pub fn vet(shared: &Shared, request: &AdminRequest, command: Command) -> Result<
     }
     if !in_use.contains(key) {
         let keys: Vec<&str> = in_use.iter().map(String::as_str).collect();
-        let Command::Revoke {
-            key,
-            certificate,
-            at_ms,
-            ..
-        } = command
-        else {
-            unreachable!("matched above")
-        };
+        let mut command = command;
+        if let Command::Revoke { node, .. } = &mut command {
+            *node = None;
+        }
         return Ok(Vetted {
-            command: Command::Revoke {
-                key,
-                certificate,
-                node: None,
-                at_ms,
-            },
+            command,
             note: Some(format!(
                 "{name} uses another key now (key {}): it stays a member and keeps its slots",
                 keys.join(", key ")

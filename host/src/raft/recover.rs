@@ -280,6 +280,8 @@ fn read(db: &Database) -> Result<Contents, redb::Error> {
     Ok((image, entries, vote))
 }
 
+// `db::decode`/`db::encode` answer openraft's `StorageError`; these answer redb's, so that
+// the redb calls of this offline rewrite chain with `?` under one error type.
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, redb::Error> {
     postcard::from_bytes(bytes)
         .map_err(|e| redb::Error::Corrupted(format!("unreadable Raft store value: {e}")))
