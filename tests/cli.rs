@@ -544,3 +544,39 @@ fn a_refused_start_says_each_cause_once_in_words() {
         "{stderr}"
     );
 }
+
+/// A token bump too small to keep new tokens above a lost cluster's is refused, by
+/// `recover` and by `snapshot restore`, before anything is read or written.
+#[test]
+fn a_token_bump_below_the_floor_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("missing.toml");
+    let config = config.to_str().unwrap();
+    for args in [
+        &[
+            "recover",
+            "--config",
+            config,
+            "--lost-majority",
+            "--bump-token",
+            "5",
+        ][..],
+        &[
+            "snapshot",
+            "restore",
+            "x.snap",
+            "--config",
+            config,
+            "--bump-token",
+            "5",
+        ][..],
+    ] {
+        let out = tenure(args, dir.path());
+        let said = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
+        assert!(
+            said.contains("--bump-token 5 is below 1000000"),
+            "{args:?} says why: {said}"
+        );
+    }
+}
