@@ -72,11 +72,13 @@
 //! Rebalanced, to: Some(target) }`; the release leaves the target in
 //! `cluster.preferred`, so the next plan grants it there. Only slots of resources where
 //! nothing else moves (all slots granted, none being handed over, nothing to update), to a
-//! target eligible for the resource; one slot per resource per plan. A slot held for less
-//! than [`Options::min_term_ms`] moves only to a target below the mean load of those
-//! nodes (one that arrived, or lost slots: `rebalance.rs` says why this does not churn),
-//! and only when the source has no slot held longer that the target can take. A move is
-//! made only between loads that differ by two or more, so the sum of squared loads strictly falls with each move and repeated plans
+//! target eligible for the resource; one slot per resource per plan. A slot moves only
+//! to a target below the mean load of those nodes (one that arrived, or lost slots); a
+//! slot held for less than [`Options::min_term_ms`] only from a source holding more than
+//! the mean rounded up, and only when the source has no slot held longer that the
+//! target can take (`rebalance.rs` says why a moved slot then stays its term). A move
+//! is made only between loads that differ by two or more, so the sum of squared loads
+//! strictly falls with each move and repeated plans
 //! reach a fixed point: no ping-pong. The number of moves is bounded by
 //! [`Options::max_moves`], and handovers in flight (of any reason, including those this
 //! plan begins) count against it, so a drain or a rollout defers rebalancing.

@@ -10,44 +10,47 @@
 //! the least loaded target first, and falls back to other pairs when the resources of the
 //! source cannot go to the target (labels, versions, a slot of it already there).
 //!
-//! **Young slots go only below the mean.** A slot held less than
-//! [`Options::min_term_ms`] is *young*, one held longer *of age* (not to be confused with
-//! the settled resources of `mod.rs`: those are the ones rebalancing may touch at all). A
-//! young slot moves only to a node below the mean load of the able nodes (`load[dst] *
-//! able < total`, from the plan's current loads), and like every move only from a source
-//! holding two or more than the target. The minimum term is there so that one resource
-//! is not interrupted again and again (churn). A node below the mean is one that arrived
-//! (it started, or advertised its plugins, after the others had taken the slots) or lost
+//! **Slots go only below the mean; young ones only from above it.** A slot held less
+//! than [`Options::min_term_ms`] is *young*, one held longer *of age* (not to be confused
+//! with the settled resources of `mod.rs`: those are the ones rebalancing may touch at
+//! all). Every move goes to a node below the mean load of the able nodes (`load[dst] *
+//! able < total`, from the plan's current loads), so the target ends at most at the mean
+//! rounded up. A young slot moves only from a node holding more than the mean rounded up
+//! (`(load[src] - 1) * able >= total`). The minimum term is there so that one resource is
+//! not interrupted again and again (churn). A node below the mean is one that arrived (it
+//! started, or advertised its plugins, after the others had taken the slots) or lost
 //! slots; waiting the term would leave it idle while others run more than their share.
 //! In a forming cluster a node arrives while every slot it should take is young, and
-//! still gets its share at once. A node at or above the mean takes only slots of age:
-//! evening out between nodes that hold their share waits for the term. And a source
-//! gives a slot of age whenever it has one the target can take; a young one only when it
-//! has none.
+//! still gets its share at once, give or take one slot: loads of 5, 5 and 3 wait the
+//! term when all slots are young, as the fives are not above the mean rounded up. A
+//! source gives a slot of age whenever it has one the target can take; a young one only
+//! when it has none.
 //!
 //! **Why this does not churn.** Every move lowers the sum of squared loads by at least
 //! two, so between two events (a node arriving or leaving, a plugin added or removed)
 //! the moves are finitely many and cannot cycle: the minimum term is not what prevents
-//! flapping. What it still does is keep a slot where it landed while it is young. A young
-//! slot lands on a node that was below the mean. To move it again, that node must hold
-//! two more than another. In a calm cluster (no arrival, no removal) the total and the
-//! number of able nodes stay, so the mean stays; when every node can take every
-//! resource, each move goes to the least loaded node, the least load never falls, and a
-//! node that received a slot stays within one of it: it never gives a slot again. Where
-//! nodes cannot take everything (labels, versions, full nodes, a slot of the resource
-//! already held), a move may go to a node that is not the least loaded, and there we have
-//! no proof, only a search: `props.rs` plans random calm clusters of that kind and checks
-//! that no slot moved young is moved again. What makes a node give slots again is the
-//! mean falling below its load: a node arriving, or slots of other nodes going away.
+//! flapping. What it does is keep a slot where it landed while it is young. In a calm
+//! cluster (no arrival, no removal) the total and the number of able nodes stay, so the
+//! mean stays. A moved slot lands on a node that ends at most at the mean rounded up, and
+//! no move takes a node above that, so the node never holds more than the mean rounded
+//! up again: it never gives a young slot, and the slot stays its term. This holds where
+//! nodes cannot take everything too (labels, versions, full nodes, a slot of the resource
+//! already held), so a move may go to a node that is not the least loaded; `props.rs`
+//! checks it on random calm clusters of that kind. Targets at or above the mean take
+//! nothing: a node holding two more than one at the mean keeps them (with loads of 10, 8
+//! and 3, where the 3 can take nothing of the 10, the 10 keeps its slots). What makes a
+//! node give slots again is the mean falling below its load: a node arriving, or slots of
+//! other nodes going away.
 //!
 //! Cost: per pair of nodes a cursor walks the source's slots once per plan, slots of
 //! age first (each node's slots are put in that order once per plan). A slot passed
 //! over for a target stays unmovable to it for the rest of the plan (resources only
 //! become busy, the target only gains slots of busy resources, a source only loses
 //! slots, and time stands still), so no slot is looked at twice for the same pair. The
-//! cursor stops at the first young slot while the target is not below the mean and
-//! passes no young slot for that reason, so a target that falls below the mean later in
-//! the plan (it gave slots away) still sees them.
+//! cursor does not move while the target is not below the mean, so a target that falls
+//! below the mean later in the plan (it gave slots away) still sees every slot; it
+//! stops at the first young slot while the source is not above the mean rounded up
+//! (a source only loses slots, so that stays so for the rest of the plan).
 
 use std::collections::BTreeMap;
 
@@ -128,10 +131,17 @@ impl Search<'_, '_> {
         now_ms.saturating_sub(slot.since_ms) < self.min_term_ms
     }
 
-    /// Whether node `dst` is below the mean load of the able nodes, and so may take
-    /// young slots (see the module doc).
+    /// Whether node `dst` is below the mean load of the able nodes, and so may take a
+    /// slot: one more leaves it at most at the mean rounded up (see the module doc).
     fn below_mean(&self, view: &View<'_>, dst: usize) -> bool {
         view.load[dst] * self.able < self.total
+    }
+
+    /// Whether node `src` holds more than the mean rounded up, and so may give a young
+    /// slot: one less leaves it at or above the mean. A node that took a slot never
+    /// holds that much in a calm cluster (see the module doc).
+    fn above_ceiling(&self, view: &View<'_>, src: usize) -> bool {
+        view.load[src].saturating_sub(1) * self.able >= self.total
     }
 }
 
@@ -163,8 +173,9 @@ fn pick<'a>(
 
 /// The next slot of `src`, from `cursor` on, that may move to `dst`; advances `cursor`
 /// past it and past every slot that may not. `src`'s slots are settled first, so a
-/// settled slot goes before any young one; the cursor stops, without passing them, at
-/// the young slots while `dst` is not below the mean.
+/// settled slot goes before any young one. Nothing moves to a `dst` not below the
+/// mean, and no young slot from a `src` not above the mean rounded up; the cursor
+/// passes no slot for either reason.
 fn movable<'a>(
     view: &View<'a>,
     src: usize,
@@ -172,9 +183,12 @@ fn movable<'a>(
     cursor: &mut usize,
     search: &Search<'_, 'a>,
 ) -> Option<(usize, u32, &'a Slot)> {
+    if !search.below_mean(view, dst) {
+        return None;
+    }
     let slots = &view.owned[src];
     while let Some(&(at, n, slot)) = slots.get(*cursor) {
-        if search.young(view.now_ms, slot) && !search.below_mean(view, dst) {
+        if search.young(view.now_ms, slot) && !search.above_ceiling(view, src) {
             return None;
         }
         *cursor += 1;
