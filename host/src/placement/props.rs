@@ -565,4 +565,3 @@ fn a_forming_cluster_of_ten_thousand_balances_within_the_minimum_term() {
         sim.now_ms
     );
 }
-
