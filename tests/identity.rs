@@ -27,7 +27,7 @@ fn assert_increasing(counts: &[u64]) {
 /// the wiped one starts again. With the wiped node's vote, the frozen node (which lacks
 /// the last saves) could lead and the counter would go back: the wiped node must refuse
 /// instead. Once the keeper, which kept every entry, is back, the counter goes on; the
-/// wiped node comes back as a new member through `tenure remove` and `join`, as its
+/// wiped node comes back as a new member through `tenure member remove` and `join`, as its
 /// refusal says.
 #[test]
 fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
@@ -71,7 +71,7 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
     );
     for part in [
         format!("node {name} has run in this cluster before"),
-        format!("tenure remove {name}"),
+        format!("tenure member remove {name}"),
         "join".to_string(),
     ] {
         assert!(stderr.contains(&part), "{part:?} not in: {stderr}");
@@ -89,7 +89,7 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
 
     // The operator's way back: remove the old member, then join as a new one.
     cluster.wait("the old member removed", WAIT, |c| {
-        let out = c.admin(&["remove", &name]);
+        let out = c.admin(&["member", "remove", &name]);
         out.status.success().then_some(())
     });
     cluster.switch_to_join(wiped);

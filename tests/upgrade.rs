@@ -280,7 +280,7 @@ fn version_names_the_formats_and_protocols() {
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
         "store format 2 (reads formats 1 to 2)",
         "node protocol tenure/2",
-        "operator protocol tenure-operator/3",
+        "operator protocol tenure-operator/4",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");
     }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+mod member;
 mod snapshot;
 mod watch;
 
@@ -58,7 +59,7 @@ pub enum Command {
     /// Cluster certificates: a CA, node and operator certificates, rotation.
     #[command(subcommand)]
     Certs(CertsCommand),
-    /// Operator commands: status, move, drain, undrain, release, revoke.
+    /// Operator commands: status, move, drain, undrain, release, revoke, member.
     #[command(flatten)]
     Admin(AdminCommand),
     /// Print the completion script for a shell, e.g.

@@ -47,6 +47,12 @@ pub struct Config {
     /// Where to serve `/`, `/status`, `/metrics`, `/livez` (`/healthz`) and `/readyz` (plain HTTP);
     /// none: off.
     pub metrics: Option<SocketAddr>,
+    /// `[voters] count`: how many members vote (1, 3, 5 or 7); none: the largest odd
+    /// number up to the members present, at most 5.
+    pub voters: Option<usize>,
+    /// `[voters] replace_after`: a voter the leader cannot reach this long is replaced
+    /// by a caught-up learner, or the voters shrink.
+    pub replace_voter_after: Duration,
 }
 
 /// Another node: its name (which its certificate must carry) and address.
@@ -80,9 +86,16 @@ impl Default for Config {
             tls: None,
             ttl: LeaseTiming::DEFAULT_TTL,
             metrics: None,
+            voters: None,
+            replace_voter_after: DEFAULT_REPLACE_VOTER_AFTER,
         }
     }
 }
+
+/// The default of `[voters] replace_after`: far longer than a restart or a pause that a
+/// lease survives, short enough that a dead voter does not leave the cluster one failure
+/// from a stop for long (Consul's autopilot reaps dead servers on a similar scale).
+pub const DEFAULT_REPLACE_VOTER_AFTER: Duration = Duration::from_secs(180);
 
 /// The default listen address of a node with peers (DESIGN.md §2).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
@@ -135,6 +148,16 @@ struct ConfigFile {
     tls: Option<Tls>,
     lease: Option<LeaseFile>,
     metrics: Option<MetricsFile>,
+    voters: Option<VotersFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VotersFile {
+    /// 1, 3, 5 or 7.
+    count: Option<usize>,
+    /// e.g. "3m".
+    replace_after: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -199,6 +222,9 @@ impl Config {
             if let Some(listen) = parsed.metrics.and_then(|m| m.listen) {
                 config.metrics = metrics_listen(&listen)?;
             }
+            if let Some(voters) = parsed.voters {
+                voters_file(&mut config, voters)?;
+            }
         }
         if let Some(name) = overrides.name {
             config.name = name;
@@ -253,6 +279,41 @@ impl Config {
         Ok(config)
     }
 }
+
+/// Checks and applies the `[voters]` table.
+fn voters_file(config: &mut Config, voters: VotersFile) -> Result<(), ConfigError> {
+    if let Some(count) = voters.count {
+        if ![1, 3, 5, 7].contains(&count) {
+            return Err(ConfigError::Invalid {
+                key: "voters.count",
+                message: format!(
+                    "{count} is not 1, 3, 5 or 7 (an even number of voters tolerates no more failures than the odd number below it)"
+                ),
+            });
+        }
+        config.voters = Some(count);
+    }
+    if let Some(after) = voters.replace_after {
+        let parsed = humantime::parse_duration(&after).map_err(|e| ConfigError::Invalid {
+            key: "voters.replace_after",
+            message: format!("{after:?}: {e}"),
+        })?;
+        if parsed < MIN_REPLACE_VOTER_AFTER {
+            return Err(ConfigError::Invalid {
+                key: "voters.replace_after",
+                message: format!(
+                    "{after:?} is shorter than {}: a voter restarting would be replaced",
+                    humantime::format_duration(MIN_REPLACE_VOTER_AFTER)
+                ),
+            });
+        }
+        config.replace_voter_after = parsed;
+    }
+    Ok(())
+}
+
+/// The shortest `[voters] replace_after`.
+const MIN_REPLACE_VOTER_AFTER: Duration = Duration::from_secs(2);
 
 /// Parses the metrics listen address: `IP:PORT`, or `off` / empty for none.
 fn metrics_listen(text: &str) -> Result<Option<SocketAddr>, ConfigError> {
@@ -374,6 +435,39 @@ mod tests {
         };
         let err = Config::load(None, overrides).unwrap_err().to_string();
         assert!(err.contains("name"), "{err}");
+    }
+
+    #[test]
+    fn the_voters_table_is_parsed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenure.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(Some(&path), Overrides::default())
+        };
+        let config = load("").unwrap();
+        assert_eq!(config.voters, None);
+        assert_eq!(config.replace_voter_after, DEFAULT_REPLACE_VOTER_AFTER);
+        let config = load("[voters]\ncount = 5\nreplace_after = \"90s\"\n").unwrap();
+        assert_eq!(config.voters, Some(5));
+        assert_eq!(config.replace_voter_after, Duration::from_secs(90));
+        for (text, says) in [
+            (
+                "[voters]\ncount = 4\n",
+                "voters.count: 4 is not 1, 3, 5 or 7",
+            ),
+            (
+                "[voters]\nreplace_after = \"1s\"\n",
+                "voters.replace_after: \"1s\" is shorter than 2s",
+            ),
+            (
+                "[voters]\nreplace_after = \"soon\"\n",
+                "voters.replace_after: \"soon\"",
+            ),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
     }
 
     #[test]

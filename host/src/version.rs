@@ -7,7 +7,7 @@
 pub const WIRE_VERSION: u32 = 2;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
-pub const ADMIN_VERSION: u32 = 3;
+pub const ADMIN_VERSION: u32 = 4;
 
 /// What `tenure --version` prints after the name: the version, then the formats and
 /// protocols, a line each.

@@ -56,9 +56,17 @@ pub struct ClusterBuilder {
     labels: BTreeMap<usize, BTreeMap<String, String>>,
     hosts: Option<Vec<String>>,
     wrappers: Option<Vec<Vec<OsString>>>,
+    extra: String,
 }
 
 impl ClusterBuilder {
+    /// Appends `toml` to every node's config file (nodes added later too): tables such
+    /// as `[voters]` that the harness does not write itself.
+    pub fn config(mut self, toml: &str) -> Self {
+        self.extra.push_str(toml);
+        self
+    }
+
     /// The session lease TTL (default 2 s).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -124,6 +132,7 @@ impl ClusterBuilder {
             members: Vec::new(),
             pki,
             ttl: self.ttl,
+            extra: self.extra,
         };
         for (i, addr) in addrs.iter().enumerate() {
             let peers: Vec<String> = (0..self.nodes)
@@ -160,6 +169,8 @@ pub struct Cluster {
     members: Vec<Member>,
     pki: TempDir,
     ttl: Duration,
+    /// Appended to every node's config ([`ClusterBuilder::config`]).
+    extra: String,
 }
 
 /// A node that runs a resource's plugin now, per its event log.
@@ -183,6 +194,7 @@ impl Cluster {
             labels: BTreeMap::new(),
             hosts: None,
             wrappers: None,
+            extra: String::new(),
         }
     }
 
@@ -345,6 +357,7 @@ impl Cluster {
         .unwrap();
         writeln!(config, "\n[lease]").unwrap();
         writeln!(config, "ttl = \"{}ms\"", self.ttl.as_millis()).unwrap();
+        writeln!(config, "{}", self.extra).unwrap();
         let file = node.dir().join("tenure.toml");
         std::fs::write(&file, &config).unwrap();
         node.set_config(file);

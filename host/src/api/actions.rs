@@ -29,7 +29,9 @@ pub fn command_for(
         AdminRequest::Status
         | AdminRequest::StatusPage(_)
         | AdminRequest::Watch { .. }
-        | AdminRequest::Snapshot { .. } => Err(format!(
+        | AdminRequest::Snapshot { .. }
+        | AdminRequest::Members
+        | AdminRequest::Promote { .. } => Err(format!(
             "{request} is a question, not an action: it has no command"
         )),
         AdminRequest::Move { resource, slot, to } => {
@@ -134,7 +136,7 @@ pub fn describe(command: &Command, cluster: &Cluster) -> String {
             let removed = node.as_ref().map_or(String::new(), |node| {
                 format!(
                     "; node {node} leaves the Raft membership, its session expires when its \
-                     lease runs out and its slots move then (`tenure remove {node}` forgets it \
+                     lease runs out and its slots move then (`tenure member remove {node}` forgets it \
                      after that)"
                 )
             });

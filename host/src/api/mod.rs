@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::raft::{MemberList, MemberRow};
 pub use actions::{command_for, describe, parse_fingerprint, winning_advert};
 pub use client::{AdminClient, AdminError};
 pub use pages::{PAGE_BYTES, StatusPage, StatusQuery, merge, page};
@@ -107,6 +108,11 @@ pub enum AdminRequest {
     /// `offset` of the snapshot `id` names, or of a new one when `id` is `None` or that
     /// one is no longer kept (then from the start).
     Snapshot { id: Option<u64>, offset: u64 },
+    /// The Raft members, their lag and reachability (`tenure member list`): the leader
+    /// answers.
+    Members,
+    /// Make learner `node` a voter now (`tenure member promote`).
+    Promote { node: String },
 }
 
 /// A node's answer to an [`AdminRequest`].
@@ -126,6 +132,8 @@ pub enum AdminResponse {
     Watch(WatchAnswer),
     /// The answer to [`AdminRequest::Snapshot`].
     Snapshot(SnapshotPage),
+    /// The answer to [`AdminRequest::Members`].
+    Members(MemberList),
 }
 
 /// A page of a snapshot: `bytes` from `offset` of an image of `total` bytes, described by
@@ -283,6 +291,8 @@ impl fmt::Display for AdminRequest {
             }
             AdminRequest::Remove { node } => write!(f, "remove {node}"),
             AdminRequest::Snapshot { .. } => write!(f, "snapshot save"),
+            AdminRequest::Members => write!(f, "member list"),
+            AdminRequest::Promote { node } => write!(f, "member promote {node}"),
             AdminRequest::StatusPage(query) => {
                 f.write_str("status")?;
                 if let Some(resource) = &query.resource {

@@ -1,4 +1,5 @@
-//! The admin commands: `tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`.
+//! The admin commands: `tenure status`, `move`, `drain`, `undrain`, `release`, `revoke`,
+//! `member` (`member.rs`).
 //!
 //! Each sends one [`AdminRequest`] to one node as an operator ([`AdminClient`]) and prints
 //! the answer: the status as aligned tables (or JSON with `--json`), an action's outcome
@@ -104,8 +105,11 @@ pub enum AdminCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Remove a node that is gone for good: its session ends, its slots move, and it
-    /// leaves the Raft membership (to revoke its certificate too, use `revoke`).
+    /// The Raft members: list them, promote a learner, remove a node gone for good.
+    #[command(subcommand)]
+    Member(super::member::MemberCommand),
+    /// The same as `tenure member remove` (kept for scripts written before it).
+    #[command(hide = true)]
     Remove {
         /// The node to remove.
         #[arg(value_name = "NODE")]
@@ -245,6 +249,10 @@ pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminResponse::StatusPage(_) => anyhow::bail!("the node answered with a status page"),
         AdminResponse::Watch(_) => anyhow::bail!("the node answered with a watch"),
         AdminResponse::Snapshot(_) => anyhow::bail!("the node answered with a snapshot"),
+        AdminResponse::Members(list) if json => {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        AdminResponse::Members(list) => print!("{}", super::member::render(&list)),
         AdminResponse::Leader { node, addr } => {
             anyhow::bail!(
                 "{} at {} is the leader: send the request there",
@@ -353,6 +361,7 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
             pki::validate_name(&name)?;
             (AdminRequest::Remove { node: name }, conn, false)
         }
+        AdminCommand::Member(command) => command.request()?,
     })
 }
 

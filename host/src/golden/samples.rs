@@ -370,6 +370,8 @@ fn admin_values() -> AdminValues {
                 offset: 262_144,
             },
         ),
+        ("members", AdminRequest::Members),
+        ("promote", AdminRequest::Promote { node: "n4".into() }),
     ];
     let responses = vec![
         ("status", AdminResponse::Status(status.clone())),
@@ -407,6 +409,24 @@ fn admin_values() -> AdminValues {
                 offset: 4,
                 total: 9,
                 bytes: vec![1, 2, 3],
+            }),
+        ),
+        (
+            "members",
+            AdminResponse::Members(crate::api::MemberList {
+                leader: "n1".into(),
+                term: 4,
+                last_index: 120,
+                target: 3,
+                members: vec![crate::api::MemberRow {
+                    name: "n5".into(),
+                    id: 0x0123_4567_89ab_cdef,
+                    addr: "10.0.0.5:7400".into(),
+                    voter: false,
+                    matched: Some(90),
+                    unreachable_ms: Some(200_500),
+                    note: Some("voters shrank to 3".into()),
+                }],
             }),
         ),
     ];
@@ -459,6 +479,8 @@ fn request_kind(request: &AdminRequest) -> &'static str {
         AdminRequest::StatusPage(_) => "status-page",
         AdminRequest::Watch { .. } => "watch",
         AdminRequest::Snapshot { .. } => "snapshot",
+        AdminRequest::Members => "members",
+        AdminRequest::Promote { .. } => "promote",
     }
 }
 
@@ -471,6 +493,7 @@ fn answer_kind(answer: &AdminResponse) -> &'static str {
         AdminResponse::StatusPage(_) => "status-page",
         AdminResponse::Watch(_) => "watch",
         AdminResponse::Snapshot(_) => "snapshot",
+        AdminResponse::Members(_) => "members",
     }
 }
 
@@ -493,9 +516,9 @@ fn every_kind_has_a_sample() {
     let requests: BTreeSet<_> = requests.iter().map(|(_, r)| request_kind(r)).collect();
     assert_eq!(
         requests.len(),
-        10,
+        12,
         "admin requests with a sample: {requests:?}"
     );
     let answers: BTreeSet<_> = answers.iter().map(|(_, a)| answer_kind(a)).collect();
-    assert_eq!(answers.len(), 6, "admin answers with a sample: {answers:?}");
+    assert_eq!(answers.len(), 7, "admin answers with a sample: {answers:?}");
 }

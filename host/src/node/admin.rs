@@ -1,5 +1,5 @@
 //! Operator requests (`tenure status`, `watch`, `move`, `drain`, `undrain`, `release`,
-//! `revoke`): status and watch are answered by any node from its replica; actions only by
+//! `revoke`, `member`): status and watch are answered by any node from its replica; actions only by
 //! the leader, which proposes them itself (another node names the leader, and the client
 //! asks it).
 
@@ -52,6 +52,19 @@ impl Admin for NodeAdmin {
                 let page = super::backup::page(&shared, &snapshots, id, offset).await?;
                 return Ok(AdminResponse::Snapshot(page));
             }
+            if request == AdminRequest::Members {
+                return match shared.control.member_list() {
+                    Some(list) => Ok(AdminResponse::Members(list)),
+                    None => leader_or_wait(shared.control.leader()),
+                };
+            }
+            if let AdminRequest::Promote { node } = &request {
+                if !shared.control.is_leader() {
+                    return leader_or_wait(shared.control.leader());
+                }
+                tracing::info!(event = events::ADMIN_REQUEST, operator = %operator, request = %request, "operator request");
+                return shared.control.promote(node).await.map(AdminResponse::Done);
+            }
             let (command, message) = shared.read(|c| {
                 crate::api::command_for(&request, c, now)
                     .map(|command| (command.clone(), crate::api::describe(&command, c)))
@@ -85,7 +98,7 @@ impl Admin for NodeAdmin {
                     {
                         return Err(format!(
                             "{message}; but {node} is still in the Raft membership ({e}): run \
-                             `tenure remove {node}` once its session has expired (`tenure \
+                             `tenure member remove {node}` once its session has expired (`tenure \
                              status` shows it)"
                         ));
                     }

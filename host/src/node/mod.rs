@@ -158,11 +158,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // The endpoint serves Raft and renewals, so those exist (unattached) before it.
     let renewals = Arc::new(Renewals::new());
-    let (control, service) = Control::open(
-        ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl),
-        renewals.clone(),
-    )
-    .await?;
+    let mut options =
+        ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
+    options.voters = config.voters;
+    options.replace_voter_after = config.replace_voter_after;
+    let (control, service) = Control::open(options, renewals.clone()).await?;
     // Revocations in force when this node last stopped hold from its first handshake.
     let mut revoked: BTreeSet<String> = {
         let state = control.state();

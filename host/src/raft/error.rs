@@ -31,7 +31,7 @@ pub enum ControlError {
     /// This node has a new Raft store, but the cluster knows it as a member: it ran here
     /// before and lost its data dir, so it must not vote or act as that member again.
     #[error(
-        "node {name} has run in this cluster before ({by} know it as a member), but its Raft store {} is new: the log and the votes it gave are gone, and answering as its old self could let the cluster lose committed entries, so it does not start. To bring this machine back: remove the old member first (`tenure remove {name}` with an operator certificate, while the other voters run), then start this node with `join = [\"NAME@HOST:PORT\", ...]` (the other members) instead of `peers`; it joins as a new member, is caught up as a learner, and only then votes. If its data dir was not lost but moved, put it back and start again",
+        "node {name} has run in this cluster before ({by} know it as a member), but its Raft store {} is new: the log and the votes it gave are gone, and answering as its old self could let the cluster lose committed entries, so it does not start. To bring this machine back: remove the old member first (`tenure member remove {name}` with an operator certificate, while the other voters run), then start this node with `join = [\"NAME@HOST:PORT\", ...]` (the other members) instead of `peers`; it joins as a new member, is caught up as a learner, and only then votes. If its data dir was not lost but moved, put it back and start again",
         store.display(), by = by.join(", ")
     )]
     Forgot {

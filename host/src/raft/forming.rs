@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::Shared;
 use super::error::ControlError;
 use super::kinds::STORE_INFO;
+use super::network::Attached;
 
 /// How often a node waiting for its peers asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(250);
@@ -164,6 +165,14 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
     }
 }
 
+/// Node `name` at `addr`'s answer to [`STORE_INFO`]; `None` if it gave none in time.
+pub(crate) async fn ask(attached: &Attached, name: &str, addr: &str) -> Option<StoreInfo> {
+    let sock = super::network::resolve(addr).await.ok()?;
+    let call = attached.rpc.call(name, sock, STORE_INFO, Vec::new());
+    let bytes = tokio::time::timeout(ASK_TIMEOUT, call).await.ok()?.ok()?;
+    crate::rpc::decode::<StoreInfo>(&bytes).ok()
+}
+
 /// Asks `nodes` (name, address; this node left out) until the answers allow going on;
 /// then lets Raft's messages in. Returns at once for a store that is not new.
 pub(crate) async fn decide(
@@ -184,14 +193,7 @@ pub(crate) async fn decide(
     loop {
         let mut answers = Vec::with_capacity(others.len());
         for (name, addr) in &others {
-            let answer = async {
-                let sock = super::network::resolve(addr).await.ok()?;
-                let call = attached.rpc.call(name, sock, STORE_INFO, Vec::new());
-                let bytes = tokio::time::timeout(ASK_TIMEOUT, call).await.ok()?.ok()?;
-                crate::rpc::decode::<StoreInfo>(&bytes).ok()
-            }
-            .await;
-            answers.push((name.clone(), answer));
+            answers.push((name.clone(), ask(&attached, name, addr).await));
         }
         match verdict(&shared.name, joining, &answers) {
             Verdict::Go => break,

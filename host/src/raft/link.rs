@@ -188,9 +188,17 @@ impl Link {
     }
 
     /// Whether the last call reached the peer.
-    #[cfg(test)]
     pub(crate) fn is_up(&self) -> bool {
         matches!(self.lock().status, Status::Up)
+    }
+
+    /// How long the peer has been unreachable at `now`: since the first failed call of
+    /// the current outage. `None` while it answers, or before any call.
+    pub(crate) fn down_for(&self, now: Instant) -> Option<Duration> {
+        match self.lock().status {
+            Status::Down { since, .. } => Some(now.saturating_duration_since(since)),
+            Status::Up | Status::Unknown => None,
+        }
     }
 }
 

@@ -14,12 +14,12 @@
 //! Only the joining node itself may ask to join under its name, and it asks the leader
 //! itself: no member forwards a join, so no member can add or move another node.
 //!
-//! **Promotion.** While the group has fewer voters than `voters`, the leader promotes a
-//! learner that is caught up (within `LAG_THRESHOLD` entries of its log), one at a time, by
-//! name order. The JOIN handler tries at once; a housekeeping task retries every
-//! [`HOUSEKEEPING`] on whichever node leads, so a learner that was slow to catch up, or
-//! whose leader changed, is promoted anyway. The same task reports a fatal Raft error
-//! (openraft's own line is filtered, see `LOG_FILTER`).
+//! **Voters.** Which members vote is the leader's upkeep (`autopilot.rs`: promote caught-up
+//! learners up to the target, replace or shed voters that are gone). The JOIN handler
+//! takes a step at once; a housekeeping task takes one every [`HOUSEKEEPING`] on
+//! whichever node leads, so a learner that was slow to catch up, or whose leader changed,
+//! is promoted anyway. The same task reports a fatal Raft error (openraft's own line is
+//! filtered, see `LOG_FILTER`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,14 +29,14 @@ use openraft::ChangeMembers;
 use openraft::error::RaftError as OpenRaftError;
 use tokio::sync::watch;
 
+use super::Shared;
 use super::error::ControlError;
 use super::kinds::{JOIN, JoinReply};
 use super::network::resolve;
 use super::refusals::Refusal;
 use super::types::{NodeId, Peer};
-use super::{LAG_THRESHOLD, Shared};
 
-/// How often the housekeeping task looks for a learner to promote.
+/// How often the housekeeping task tends the voters.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
 
 /// See [`super::Control::join`].
@@ -180,7 +180,7 @@ impl Shared {
                 other => JoinReply::Refused(other.to_string()),
             };
         }
-        self.promote().await;
+        self.tend().await;
         JoinReply::Joined {
             voter: self.is_voter(id),
         }
@@ -193,60 +193,6 @@ impl Shared {
             .membership()
             .voter_ids()
             .any(|v| v == id)
-    }
-
-    /// On the leader, while voters are fewer than the target: promotes the first caught-up
-    /// learner (by name). Returns whether it promoted one.
-    pub(crate) async fn promote(&self) -> bool {
-        // A recovered node stays the only voter while its hold lasts: a learner promoted
-        // now could lead after it, without the hold (`recover.rs`).
-        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
-            return false;
-        }
-        let candidate = {
-            let metrics = self.metrics.borrow();
-            if !self.leads(&metrics) {
-                return false;
-            }
-            let membership = metrics.membership_config.membership();
-            if membership.get_joint_config().len() > 1
-                || membership.voter_ids().count() >= self.options.voters
-            {
-                return false;
-            }
-            let last = metrics.last_log_index.unwrap_or(0);
-            let Some(replication) = &metrics.replication else {
-                return false;
-            };
-            let mut learners: Vec<(String, NodeId)> = membership
-                .learner_ids()
-                .filter_map(|id| Some((membership.get_node(&id)?.name.clone(), id)))
-                .collect();
-            learners.sort();
-            learners.into_iter().find(|(_, id)| {
-                let matched = replication
-                    .get(id)
-                    .and_then(|m| m.as_ref())
-                    .map_or(0, |m| m.index);
-                matched + LAG_THRESHOLD >= last
-            })
-        };
-        let Some((name, id)) = candidate else {
-            return false;
-        };
-        let change = ChangeMembers::AddVoterIds([id].into());
-        let bound = self.options.join_catch_up;
-        match tokio::time::timeout(bound, self.raft.change_membership(change, true)).await {
-            Ok(Ok(_)) => {
-                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "promoted a raft learner to voter");
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(event = crate::events::CONTROL_ERROR, peer = %name, error = %e, "promotion not possible now");
-                false
-            }
-            Err(_) => false,
-        }
     }
 }
 
@@ -283,7 +229,7 @@ impl Shared {
     }
 }
 
-/// The background task: promotes learners while this node leads, and reports a fatal
+/// The background task: tends the voters while this node leads, and reports a fatal
 /// Raft error once. Ends when `stop` turns true.
 pub(crate) async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut reported = false;
@@ -296,6 +242,6 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<
             reported = true;
             tracing::error!(event = crate::events::CONTROL_ERROR, error = %fatal, "raft stopped on a fatal error");
         }
-        shared.promote().await;
+        shared.tend().await;
     }
 }

@@ -49,6 +49,7 @@
 //! `rejoin.rs`), or decide anything about the
 //! cluster state.
 
+mod autopilot;
 mod backup;
 mod db;
 mod error;
@@ -65,6 +66,7 @@ mod propose;
 mod recover;
 mod refusals;
 mod rejoin;
+mod removed;
 mod rounds;
 mod service;
 mod snapshot_data;
@@ -120,6 +122,7 @@ use log_store::LogStore;
 
 /// How long opening waits for openraft to replay the log up to its committed entry.
 const REPLAY_BOUND: Duration = Duration::from_secs(10);
+pub use autopilot::{MemberList, MemberRow};
 use network::{Attached, Endpoint, Network};
 use state_machine::StateMachine;
 use types::{CheckIsLeaderError, InitializeError, Raft};
@@ -142,8 +145,13 @@ pub struct ControlOptions {
     pub data_dir: PathBuf,
     /// This node's name: its certificate's, the same as its RPC endpoint's.
     pub name: String,
-    /// How many voters the leader promotes learners up to (default 3, 1 to 7).
-    pub voters: usize,
+    /// How many voters the leader keeps (1, 3, 5 or 7); `None` (the default): the
+    /// largest odd number up to the members that are not gone, at most 5
+    /// (`autopilot.rs`).
+    pub voters: Option<usize>,
+    /// A voter the leader could not reach for this long is replaced by a caught-up
+    /// learner, or the voters shrink (default 3 minutes; `autopilot.rs`).
+    pub replace_voter_after: Duration,
     /// The leader's heartbeat interval (default 50 ms); also openraft's deadline for an
     /// AppendEntries message.
     pub heartbeat: Duration,
@@ -186,7 +194,8 @@ impl ControlOptions {
         ControlOptions {
             data_dir: data_dir.into(),
             name: name.into(),
-            voters: 3,
+            voters: None,
+            replace_voter_after: Duration::from_secs(180),
             heartbeat: Duration::from_millis(50),
             election_min: Duration::from_millis(150),
             election_max: Duration::from_millis(300),
@@ -234,11 +243,10 @@ impl ControlOptions {
         let bad = |m: String| Err(ControlError::Options(m));
         crate::pki::validate_name(&self.name)
             .or_else(|e| bad(format!("name {:?}: {e}", self.name)))?;
-        if !(1..=MAX_VOTERS).contains(&self.voters) {
-            return bad(format!(
-                "voters is {}; expected 1 to {MAX_VOTERS}",
-                self.voters
-            ));
+        if let Some(voters) = self.voters
+            && !(1..=MAX_VOTERS).contains(&voters)
+        {
+            return bad(format!("voters is {voters}; expected 1 to {MAX_VOTERS}"));
         }
         if self.heartbeat.is_zero() || self.election_min <= self.heartbeat {
             return bad(format!(
@@ -337,6 +345,13 @@ pub(crate) struct Shared {
     /// Proposals in flight (at most `forwards::FORWARDS`), and single commands waiting
     /// to be combined into batches.
     forwards: forwards::Forwards<propose::Attempt>,
+    /// Each peer's reachability, as this node's Raft messages found it (`link.rs`).
+    links: network::Links,
+    /// Why each member's last voter change was made, as this node made it while leading
+    /// (`autopilot.rs`), for `tenure member list`.
+    replaced: Mutex<BTreeMap<String, String>>,
+    /// Why this node was taken out of the cluster, once it learns so (`removed.rs`).
+    removed: watch::Sender<Option<String>>,
 }
 
 impl Control {
@@ -389,7 +404,8 @@ impl Control {
         drop(db);
         let me = node_id(&options.name);
         let endpoint = Endpoint::default();
-        let network = Network::new(me, endpoint.clone(), options.max_payload);
+        let links = network::Links::default();
+        let network = Network::new(me, endpoint.clone(), links.clone(), options.max_payload);
         let raft = Raft::new(me, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| ControlError::Start(e.to_string()))?;
@@ -424,12 +440,15 @@ impl Control {
             forwards: forwards::Forwards::default(),
             forming: std::sync::atomic::AtomicBool::new(fresh),
             hold: std::sync::atomic::AtomicBool::new(hold),
+            links,
+            replaced: Mutex::default(),
+            removed: watch::Sender::new(None),
         });
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(membership::housekeeping(
-            shared.clone(),
-            stopped.clone(),
-        ))];
+        let mut tasks = vec![
+            tokio::spawn(membership::housekeeping(shared.clone(), stopped.clone())),
+            tokio::spawn(removed::watch_membership(shared.clone(), stopped.clone())),
+        ];
         // Elections start off (`raft_config`); see `rejoin.rs`.
         if rejoin::should_hold(&shared).await {
             tasks.push(tokio::spawn(rejoin::release(shared.clone(), stopped)));
@@ -593,6 +612,17 @@ impl Control {
         }
     }
 
+    /// On the leader: the Raft members, their lag and reachability (`autopilot.rs`);
+    /// `None` on any other node.
+    pub fn member_list(&self) -> Option<MemberList> {
+        self.shared.member_list()
+    }
+
+    /// On the leader: makes learner `name` a voter now (`autopilot.rs`).
+    pub async fn promote(&self, name: &str) -> Result<String, String> {
+        self.shared.promote(name).await
+    }
+
     /// On the leader: takes node `name` out of the Raft membership (see
     /// `membership.rs`). For a node an operator removed or whose key was revoked.
     pub async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
@@ -685,14 +715,22 @@ impl Control {
     /// the metrics). Never while Raft runs; [`Control::shutdown`] resolves it too, so it is
     /// for a node that has not asked Raft to stop.
     /// A node whose replica is frozen must not go on owning slots (`node/mod.rs`).
+    /// Also when this node learns it was removed from the cluster (`removed.rs`).
     pub async fn failed(&self) -> String {
         let mut metrics = self.shared.metrics.clone();
+        let mut removed = self.shared.removed.subscribe();
         loop {
             if let Err(fatal) = &metrics.borrow_and_update().running_state {
                 return fatal.to_string();
             }
-            if metrics.changed().await.is_err() {
-                return "the Raft core ended".into();
+            if let Some(why) = removed.borrow_and_update().clone() {
+                return why;
+            }
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() {
+                    return "the Raft core ended".into();
+                },
+                _ = removed.changed() => {}
             }
         }
     }

@@ -75,21 +75,26 @@ impl Endpoint {
     }
 }
 
+/// Each peer's [`Link`], by node id: kept across clients and leader terms, and read by
+/// the leader's voter upkeep (`autopilot.rs`).
+pub(crate) type Links = Arc<Mutex<HashMap<NodeId, Arc<Link>>>>;
+
 /// Makes a [`Client`] per peer; keeps one [`Link`] per peer across clients.
 pub(crate) struct Network {
     me: NodeId,
     endpoint: Endpoint,
-    links: Arc<Mutex<HashMap<NodeId, Arc<Link>>>>,
+    links: Links,
     max_payload: usize,
 }
 
 impl Network {
-    /// The network of node `me`, sending messages of at most `max_payload` bytes.
-    pub(crate) fn new(me: NodeId, endpoint: Endpoint, max_payload: usize) -> Network {
+    /// The network of node `me`, sending messages of at most `max_payload` bytes, with
+    /// its links in `links`.
+    pub(crate) fn new(me: NodeId, endpoint: Endpoint, links: Links, max_payload: usize) -> Network {
         Network {
             me,
             endpoint,
-            links: Arc::default(),
+            links,
             max_payload,
         }
     }

@@ -80,7 +80,7 @@ impl Group {
     pub(super) async fn bootstrap(&mut self, names: &[&str], voters: usize) {
         for name in names {
             let mut options = self.options(name);
-            options.voters = voters;
+            options.voters = Some(voters);
             self.start(name, options).await;
         }
         let members: BTreeMap<String, String> = names
@@ -610,7 +610,7 @@ async fn options_and_calls_out_of_order_are_refused() {
     init_logs();
     let dir = TempDir::new().unwrap();
     let mut options = ControlOptions::new(dir.path(), "n1");
-    options.voters = 8;
+    options.voters = Some(8);
     assert!(matches!(
         Control::open(options, Arc::new(NoFallback)).await,
         Err(ControlError::Options(_))

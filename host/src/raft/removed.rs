@@ -1,0 +1,162 @@
+//! A node taken out of the cluster learns so, and stops.
+//!
+//! `tenure member remove` takes a node that is gone for good out of the Raft membership and
+//! out of the replicated members. When such a node comes back anyway (its machine was only
+//! down, or someone starts it again), it holds its old store: a membership that still lists
+//! it, and no leader reaches it, since a leader replicates only to its members. Before this
+//! module it campaigned for ever, refused by every member (seen at term 175), and nothing
+//! it logged said why.
+//!
+//! So a node that has heard no leader for [`QUIET`] asks the other voters of the membership
+//! it holds what their cluster says ([`super::kinds::STORE_INFO`], the question a new store
+//! asks before it forms or joins: `forming.rs`). When more than half of those voters answer
+//! that their cluster lists it neither in its Raft membership nor among its members, and no
+//! answer lists it, it was removed: [`super::Control::failed`] resolves with what happened
+//! and how to rejoin, and the node stops its plugins and exits non-zero, as on any failure
+//! of its control plane. It changes nothing on disk.
+//!
+//! Why more than half: every member holds a valid certificate and may lie; one member must
+//! not be able to make another node exit. Raft trusts a majority of its voters anyway. A
+//! node that is merely cut off gets no answers and goes on waiting; a voter the leader's
+//! upkeep stepped down is still a learner, and listed (`autopilot.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::Shared;
+use super::forming;
+
+/// How long a node hears no leader before it asks whether it is still a member.
+const QUIET: Duration = Duration::from_secs(5);
+/// How often it looks.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// What the answers of the voters asked say: `Some(why)` if this node was removed.
+pub(crate) fn verdict(
+    me: &str,
+    voters: &[String],
+    answers: &[(String, Option<forming::StoreInfo>)],
+) -> Option<String> {
+    let formed: Vec<&(String, Option<forming::StoreInfo>)> = answers
+        .iter()
+        .filter(|(_, a)| a.as_ref().is_some_and(|a| a.formed))
+        .collect();
+    if formed.iter().any(|(_, a)| {
+        a.as_ref().is_some_and(|a| {
+            a.raft_members.iter().any(|m| m == me) || a.members.iter().any(|m| m == me)
+        })
+    }) {
+        return None;
+    }
+    let without: Vec<&str> = formed.iter().map(|(name, _)| name.as_str()).collect();
+    (without.len() * 2 > voters.len()).then(|| {
+        format!(
+            "this node ({me}) was removed from the cluster: {} no longer list it as a member (an operator ran `tenure member remove {me}`), so no leader will reach it again. Its data dir holds the old cluster's log and cannot be used to rejoin. To bring it back: stop it, empty its data dir, and start it with `join = [\"NAME@HOST:PORT\", ...]` (the current members) instead of `peers`; it joins as a new member",
+            without.join(", ")
+        )
+    })
+}
+
+/// The background task: while no leader is heard, asks whether this node was removed,
+/// and says so in `shared.removed`. Ends when `stop` turns true or the verdict is given.
+pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut appends = shared.appends.subscribe();
+    let mut heard_at = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            _ = appends.changed() => heard_at = tokio::time::Instant::now(),
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+        if shared.is_leader() || shared.forming.load(std::sync::atomic::Ordering::SeqCst) {
+            heard_at = tokio::time::Instant::now();
+        }
+        if heard_at.elapsed() < QUIET {
+            continue;
+        }
+        let Ok(attached) = shared.attached() else {
+            continue;
+        };
+        let voters: Vec<(String, String)> = {
+            let metrics = shared.metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            membership
+                .voter_ids()
+                .filter(|id| *id != shared.me)
+                .filter_map(|id| membership.get_node(&id))
+                .map(|peer| (peer.name.clone(), peer.addr.clone()))
+                .collect()
+        };
+        if voters.is_empty() {
+            continue;
+        }
+        let mut answers = Vec::with_capacity(voters.len());
+        for (name, addr) in &voters {
+            answers.push((name.clone(), forming::ask(&attached, name, addr).await));
+        }
+        let names: Vec<String> = voters.into_iter().map(|(name, _)| name).collect();
+        if let Some(why) = verdict(&shared.name, &names, &answers) {
+            shared.removed.send_replace(Some(why));
+            return;
+        }
+        // Ask again only after another quiet spell.
+        heard_at = tokio::time::Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forming::StoreInfo;
+
+    fn info(raft: &[&str], members: &[&str]) -> Option<StoreInfo> {
+        Some(StoreInfo {
+            formed: true,
+            raft_members: raft.iter().map(|s| s.to_string()).collect(),
+            members: members.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    fn voters() -> Vec<String> {
+        vec!["n1".into(), "n2".into()]
+    }
+
+    #[test]
+    fn a_majority_of_the_voters_must_say_the_node_is_gone() {
+        let gone = info(&["n1", "n2"], &["n1", "n2"]);
+        let both = vec![("n1".into(), gone.clone()), ("n2".into(), gone.clone())];
+        let why = verdict("n3", &voters(), &both).expect("removed");
+        assert!(
+            why.contains("n1, n2 no longer list it")
+                && why.contains("`tenure member remove n3`")
+                && why.contains("join"),
+            "{why}"
+        );
+        // One voter's word is not enough (it may lie, or be alone in an old cluster).
+        let one = vec![("n1".into(), gone.clone()), ("n2".into(), None)];
+        assert_eq!(verdict("n3", &voters(), &one), None);
+    }
+
+    #[test]
+    fn any_answer_that_lists_the_node_keeps_it() {
+        let gone = info(&["n1", "n2"], &["n1", "n2"]);
+        // A learner (stepped down by the leader's upkeep) is listed in the Raft membership.
+        let learner = info(&["n1", "n2", "n3"], &["n1", "n2", "n3"]);
+        let answers = vec![("n1".into(), gone.clone()), ("n2".into(), learner)];
+        assert_eq!(verdict("n3", &voters(), &answers), None);
+        // Still among the replicated members (taken out of Raft only, as by a revocation).
+        let member = info(&["n1", "n2"], &["n1", "n2", "n3"]);
+        let answers = vec![("n1".into(), gone.clone()), ("n2".into(), member)];
+        assert_eq!(verdict("n3", &voters(), &answers), None);
+        // Unformed answers say nothing.
+        let unformed = Some(StoreInfo {
+            formed: false,
+            raft_members: vec![],
+            members: vec![],
+        });
+        let answers = vec![("n1".into(), gone), ("n2".into(), unformed)];
+        assert_eq!(verdict("n3", &voters(), &answers), None);
+    }
+}
