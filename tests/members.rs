@@ -68,6 +68,7 @@ fn five_voters_shrink_to_three_when_two_are_gone_and_grow_back_as_nodes_join() {
         .filter(|&i| cluster.name(i) != leader)
         .take(2)
         .collect();
+    let killed = std::time::Instant::now();
     for &i in &gone {
         cluster.kill(i);
     }
@@ -75,6 +76,7 @@ fn five_voters_shrink_to_three_when_two_are_gone_and_grow_back_as_nodes_join() {
     let list = cluster.wait("the voters shrink to the three that remain", WAIT, |c| {
         member_list(c).filter(|l| voters(l).len() == 3 && voters(l).is_disjoint(&gone_names))
     });
+    let shrunk = killed.elapsed();
     // The ones gone stay members, as learners the leader cannot reach, with the reason.
     for name in &gone_names {
         let row = list["members"]
@@ -91,6 +93,7 @@ fn five_voters_shrink_to_three_when_two_are_gone_and_grow_back_as_nodes_join() {
 
     // Two new nodes join; with five members present the target is five again.
     let joiners = [cluster.add_joiner(), cluster.add_joiner()];
+    let joined = std::time::Instant::now();
     for &i in &joiners {
         cluster.spawn(i);
     }
@@ -104,6 +107,12 @@ fn five_voters_shrink_to_three_when_two_are_gone_and_grow_back_as_nodes_join() {
             .map(|_| ())
     });
 
+    eprintln!(
+        "replace_after 3s: two voters killed -> three voters after {:.1} s; two joiners \
+         spawned -> five voters after {:.1} s",
+        shrunk.as_secs_f64(),
+        joined.elapsed().as_secs_f64()
+    );
     // A further voter loss is survived: four of five remain.
     let leader = cluster.wait_leader();
     let another = (0..cluster.len())

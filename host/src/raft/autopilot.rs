@@ -35,9 +35,19 @@
 //! [`LAG_THRESHOLD`] entries behind the leader's last, so a new voter does not leave the
 //! group short of a quorum of up-to-date voters. "Gone" is what this leader saw: its
 //! Raft messages to the voter have failed for `replace_voter_after` without a single
-//! answer (a refusal is an answer). A new leader starts that clock again from its own
-//! first failure, so leader changes only delay a step. A partitioned voter that is
-//! replaced is not harmed: it comes back as a learner.
+//! answer at the transport (a refusal, or an error answer, is an answer; a peer whose
+//! certificate no longer verifies does not answer). The clock starts at the first
+//! failure, but never before this node began to lead in its term: an outage a node
+//! recorded while it was a candidate long ago says nothing of now, so leader changes
+//! only delay a step. A partitioned voter that is replaced is not harmed: it comes back
+//! as a learner.
+//!
+//! **Half-done changes.** A membership change is two log entries (the joint step, then
+//! the new voters alone), and openraft proposes the second from the caller of the
+//! first. Each change therefore runs in a task of its own ([`Shared::change_voters`]),
+//! so a caller that stops waiting does not cut it short; a leader that loses leadership
+//! between the two leaves the joint step in the log, and the next leader, finding it
+//! committed, finishes it ([`Step::Finish`]).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -75,6 +85,9 @@ pub(crate) enum Step {
     Replace { out: String, with: String },
     /// These voters step down.
     Shrink(Vec<String>),
+    /// A joint membership that committed but whose second step never came (the leader
+    /// that began it lost leadership or stopped): the voters become its new half.
+    Finish,
 }
 
 /// What the leader knows when it plans a step.
@@ -92,6 +105,15 @@ pub(crate) struct View<'a> {
 impl View<'_> {
     fn gone(&self, member: &Seen) -> bool {
         member.id != self.me && member.down_for.is_some_and(|d| d >= self.replace_after)
+    }
+
+    /// How many members are not gone.
+    fn present(&self) -> usize {
+        self.voters
+            .iter()
+            .chain(self.learners)
+            .filter(|m| !self.gone(m))
+            .count()
     }
 
     /// The learners that may become voters, first by name.
@@ -131,25 +153,25 @@ pub(crate) fn plan(view: &View<'_>) -> Option<Step> {
         if remain * 2 <= view.voters.len() || remain < FLOOR || view.voters.len() <= FLOOR {
             return None;
         }
-        let keep = largest_odd(remain);
-        // The gone ones, then the most lagging of the others (never this leader).
+        // Not below the target either, or a voter shed now would be promoted back.
+        let keep = remain.min(largest_odd(remain).max(target(view.configured, view.present())));
+        // The gone ones, then of the others (never this leader) those that do not answer,
+        // then the most lagging.
         let mut others: Vec<&Seen> = view
             .voters
             .iter()
             .filter(|v| !view.gone(v) && v.id != view.me)
             .collect();
-        others.sort_by(|a, b| a.matched.cmp(&b.matched).then_with(|| b.name.cmp(&a.name)));
+        others.sort_by(|a, b| {
+            (a.up, a.matched)
+                .cmp(&(b.up, b.matched))
+                .then_with(|| b.name.cmp(&a.name))
+        });
         let mut out: Vec<String> = gone.iter().map(|v| v.name.clone()).collect();
         out.extend(others.iter().take(remain - keep).map(|v| v.name.clone()));
         return Some(Step::Shrink(out));
     }
-    let present = view
-        .voters
-        .iter()
-        .chain(view.learners)
-        .filter(|m| !view.gone(m))
-        .count();
-    if view.voters.len() < target(view.configured, present) {
+    if view.voters.len() < target(view.configured, view.present()) {
         return ready.first().map(|l| Step::Promote(l.name.clone()));
     }
     None
@@ -167,6 +189,12 @@ impl Shared {
             return false;
         };
         let (change, why) = match &step {
+            Step::Finish => (
+                Some(ChangeMembers::ReplaceAllVoters(
+                    voters.iter().map(|v| v.id).collect(),
+                )),
+                "finished a membership change left half done".to_string(),
+            ),
             Step::Promote(name) => (
                 self.voters_with(&voters, &[], &[name]),
                 "promoted to voter: fewer voters than the target".to_string(),
@@ -191,14 +219,14 @@ impl Shared {
         let Some(change) = change else {
             return false;
         };
-        let bound = self.options.join_catch_up;
-        match tokio::time::timeout(bound, self.raft.change_membership(change, true)).await {
-            Ok(Ok(_)) => {
+        match self.change_voters(change, true).await {
+            Ok(()) => {
                 tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, step = ?step, "{why}");
                 let names: Vec<String> = match &step {
                     Step::Promote(name) => vec![name.clone()],
                     Step::Replace { out, with } => vec![out.clone(), with.clone()],
                     Step::Shrink(out) => out.clone(),
+                    Step::Finish => Vec::new(),
                 };
                 let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
                 for name in names {
@@ -206,11 +234,54 @@ impl Shared {
                 }
                 true
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::debug!(event = crate::events::CONTROL_ERROR, step = ?step, error = %e, "voter change not possible now");
                 false
             }
-            Err(_) => false,
+        }
+    }
+
+    /// Commits a membership change, waiting at most `join_catch_up`. openraft proposes a
+    /// change's second (uniform) step from the caller's future, so the change runs in a
+    /// task of its own: a caller that stops waiting does not leave the group in its joint
+    /// step. (A leader that loses leadership in between does; the next one finishes it:
+    /// [`Step::Finish`].)
+    /// `retain`: voters that step down stay learners.
+    pub(crate) async fn change_voters(
+        &self,
+        change: ChangeMembers<NodeId, super::types::Peer>,
+        retain: bool,
+    ) -> Result<(), String> {
+        let raft = self.raft.clone();
+        let task = tokio::spawn(async move { raft.change_membership(change, retain).await });
+        let bound = self.options.join_catch_up;
+        match tokio::time::timeout(bound, task).await {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(e)) => Err(format!("the membership change's task failed: {e}")),
+            Err(_) => Err(format!(
+                "the membership change did not commit within {bound:?}"
+            )),
+        }
+    }
+
+    /// How long this node has led in its current term, as its own clock saw it start
+    /// (zero when it does not lead). A peer's outage counts from then at the earliest:
+    /// the links are kept across terms, and a follower sends no heartbeats, so an outage
+    /// it recorded while campaigning long ago says nothing of now.
+    fn leading_for(&self, metrics: &super::types::Metrics, now: Instant) -> Duration {
+        let mut leading = self.leading.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.leads(metrics) {
+            *leading = None;
+            return Duration::ZERO;
+        }
+        let term = metrics.current_term;
+        match *leading {
+            Some((t, since)) if t == term => now.saturating_duration_since(since),
+            _ => {
+                *leading = Some((term, now));
+                Duration::ZERO
+            }
         }
     }
 
@@ -221,14 +292,35 @@ impl Shared {
         if !self.leads(&metrics) {
             return None;
         }
+        let now = Instant::now();
+        let leading_for = self.leading_for(&metrics, now);
         let membership = metrics.membership_config.membership();
-        if membership.get_joint_config().len() > 1 {
-            return None;
+        let joint = membership.get_joint_config();
+        if joint.len() > 1 {
+            // Under way, unless it committed and its second step never came.
+            let at = metrics.membership_config.log_id().map(|id| id.index);
+            let applied = metrics.last_applied.map(|id| id.index);
+            if at.is_none() || at > applied {
+                return None;
+            }
+            let names: Vec<Seen> = joint
+                .last()?
+                .iter()
+                .filter_map(|id| {
+                    Some(Seen {
+                        id: *id,
+                        name: membership.get_node(id)?.name.clone(),
+                        down_for: None,
+                        up: true,
+                        matched: 0,
+                    })
+                })
+                .collect();
+            return Some((Step::Finish, names));
         }
         let replication = metrics.replication.as_ref()?;
         let last = metrics.last_log_index.unwrap_or(0);
         let links = self.links.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
         let seen = |id: NodeId| -> Option<Seen> {
             let name = membership.get_node(&id)?.name.clone();
             let link = links.get(&id);
@@ -243,7 +335,9 @@ impl Shared {
             Some(Seen {
                 id,
                 name,
-                down_for: link.and_then(|l| l.down_for(now)),
+                down_for: link
+                    .and_then(|l| l.down_for(now))
+                    .map(|d| d.min(leading_for)),
                 up: id == self.me || link.is_some_and(|l| l.is_up()),
                 matched,
             })
@@ -328,9 +422,10 @@ impl Shared {
         }
         let membership = metrics.membership_config.membership();
         let last = metrics.last_log_index.unwrap_or(0);
+        let now = Instant::now();
+        let leading_for = self.leading_for(&metrics, now);
         let links = self.links.lock().unwrap_or_else(|e| e.into_inner());
         let notes = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
         let mut members: Vec<MemberRow> = membership
             .nodes()
             .map(|(id, peer)| MemberRow {
@@ -350,7 +445,7 @@ impl Shared {
                 unreachable_ms: links
                     .get(id)
                     .and_then(|l| l.down_for(now))
-                    .map(|d| d.as_millis() as u64),
+                    .map(|d| d.min(leading_for).as_millis() as u64),
                 note: notes.get(&peer.name).cloned(),
             })
             .collect();
@@ -374,6 +469,12 @@ impl Shared {
     /// On the leader: makes learner `name` a voter now, at an operator's request; it
     /// must answer and be caught up, and the voters stay at most [`super::MAX_VOTERS`].
     pub(crate) async fn promote(&self, name: &str) -> Result<String, String> {
+        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(
+                "this node was recovered and holds its grants for a TTL after it first leads: no voter is added until then (a voter added now could lead without the hold)"
+                    .into(),
+            );
+        }
         let change = {
             let metrics = self.metrics.borrow();
             if !self.leads(&metrics) {
@@ -415,9 +516,8 @@ impl Shared {
             }
             ChangeMembers::AddVoterIds([id].into())
         };
-        let bound = self.options.join_catch_up;
-        match tokio::time::timeout(bound, self.raft.change_membership(change, true)).await {
-            Ok(Ok(_)) => {
+        match self.change_voters(change, true).await {
+            Ok(()) => {
                 let why = "promoted to voter by an operator".to_string();
                 tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "{why}");
                 self.replaced
@@ -426,8 +526,7 @@ impl Shared {
                     .insert(name.to_owned(), why);
                 Ok(format!("{name} is a voter"))
             }
-            Ok(Err(e)) => Err(format!("promoting {name} failed: {e}")),
-            Err(_) => Err(format!("promoting {name} did not commit within {bound:?}")),
+            Err(e) => Err(format!("promoting {name} failed: {e}")),
         }
     }
 }
@@ -545,6 +644,30 @@ mod tests {
         let mut leader_down = five(&[]);
         leader_down[0].down_for = Some(Duration::from_secs(900));
         assert_eq!(plan_of(&leader_down, &[], None), None);
+    }
+
+    #[test]
+    fn a_shrink_keeps_the_target_and_sheds_voters_that_do_not_answer_first() {
+        let mut five: Vec<Seen> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| member(n, None, 100))
+            .collect();
+        five[1].down_for = Some(Duration::from_secs(200));
+        five[1].up = false;
+        // With `count = 5` only the gone one steps down: a healthy voter shed now would
+        // be promoted back at once.
+        assert_eq!(
+            plan_of(&five, &[], Some(5)),
+            Some(Step::Shrink(vec!["b".into()]))
+        );
+        // By default (four present: target three) one more goes: the one that does not
+        // answer (down for less than the bound), not a healthy one by name.
+        five[2].down_for = Some(Duration::from_secs(5));
+        five[2].up = false;
+        assert_eq!(
+            plan_of(&five, &[], None),
+            Some(Step::Shrink(vec!["b".into(), "c".into()]))
+        );
     }
 
     #[test]

@@ -215,16 +215,12 @@ impl Shared {
             (false, true) => ChangeMembers::RemoveNodes([id].into()),
             (false, false) => return Ok(()),
         };
-        let bound = self.options.join_catch_up;
-        match tokio::time::timeout(bound, self.raft.change_membership(change, false)).await {
-            Ok(Ok(_)) => {
+        match self.change_voters(change, false).await {
+            Ok(()) => {
                 tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "removed a raft member");
                 Ok(())
             }
-            Ok(Err(e)) => Err(ControlError::NotLeader(e.to_string())),
-            Err(_) => Err(ControlError::NotLeader(format!(
-                "removing {name} did not commit within {bound:?}"
-            ))),
+            Err(e) => Err(ControlError::NotLeader(format!("removing {name}: {e}"))),
         }
     }
 }

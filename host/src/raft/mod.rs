@@ -352,6 +352,9 @@ pub(crate) struct Shared {
     replaced: Mutex<BTreeMap<String, String>>,
     /// Why this node was taken out of the cluster, once it learns so (`removed.rs`).
     removed: watch::Sender<Option<String>>,
+    /// The term this node leads in, and when it saw itself begin to lead
+    /// (`autopilot.rs`).
+    leading: Mutex<Option<(u64, Instant)>>,
 }
 
 impl Control {
@@ -443,6 +446,7 @@ impl Control {
             links,
             replaced: Mutex::default(),
             removed: watch::Sender::new(None),
+            leading: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![

@@ -32,11 +32,16 @@ use super::forming;
 const QUIET: Duration = Duration::from_secs(5);
 /// How often it looks.
 const EVERY: Duration = Duration::from_secs(1);
+/// The bound on one voter's answer, its address's resolution included.
+const ASK_WITHIN: Duration = Duration::from_secs(2);
 
 /// What the answers of the voters asked say: `Some(why)` if this node was removed.
+/// `voters` is how many voters the node's own membership has, itself counted if it is
+/// one (it counts as a voter that lists itself: in a group of two, the other one's word
+/// is never enough).
 pub(crate) fn verdict(
     me: &str,
-    voters: &[String],
+    voters: usize,
     answers: &[(String, Option<forming::StoreInfo>)],
 ) -> Option<String> {
     let formed: Vec<&(String, Option<forming::StoreInfo>)> = answers
@@ -51,7 +56,7 @@ pub(crate) fn verdict(
         return None;
     }
     let without: Vec<&str> = formed.iter().map(|(name, _)| name.as_str()).collect();
-    (without.len() * 2 > voters.len()).then(|| {
+    (without.len() * 2 > voters).then(|| {
         format!(
             "this node ({me}) was removed from the cluster: {} no longer list it as a member (an operator ran `tenure member remove {me}`), so no leader will reach it again. Its data dir holds the old cluster's log and cannot be used to rejoin. To bring it back: stop it, empty its data dir, and start it with `join = [\"NAME@HOST:PORT\", ...]` (the current members) instead of `peers`; it joins as a new member",
             without.join(", ")
@@ -79,25 +84,35 @@ pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Recei
         let Ok(attached) = shared.attached() else {
             continue;
         };
-        let voters: Vec<(String, String)> = {
+        let (others, voters) = {
             let metrics = shared.metrics.borrow();
             let membership = metrics.membership_config.membership();
-            membership
+            let others: Vec<(String, String)> = membership
                 .voter_ids()
                 .filter(|id| *id != shared.me)
                 .filter_map(|id| membership.get_node(&id))
                 .map(|peer| (peer.name.clone(), peer.addr.clone()))
-                .collect()
+                .collect();
+            (others, membership.voter_ids().count())
         };
-        if voters.is_empty() {
+        if others.is_empty() {
             continue;
         }
-        let mut answers = Vec::with_capacity(voters.len());
-        for (name, addr) in &voters {
-            answers.push((name.clone(), forming::ask(&attached, name, addr).await));
+        // All at once, and never holding up a shutdown.
+        let mut asks = tokio::task::JoinSet::new();
+        for (name, addr) in others {
+            let attached = attached.clone();
+            asks.spawn(async move {
+                let ask = forming::ask(&attached, &name, &addr);
+                let answer = tokio::time::timeout(ASK_WITHIN, ask).await.ok().flatten();
+                (name, answer)
+            });
         }
-        let names: Vec<String> = voters.into_iter().map(|(name, _)| name).collect();
-        if let Some(why) = verdict(&shared.name, &names, &answers) {
+        let answers = tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            answers = asks.join_all() => answers,
+        };
+        if let Some(why) = verdict(&shared.name, voters, &answers) {
             shared.removed.send_replace(Some(why));
             return;
         }
@@ -119,15 +134,14 @@ mod tests {
         })
     }
 
-    fn voters() -> Vec<String> {
-        vec!["n1".into(), "n2".into()]
-    }
+    /// n1, n2 and this node, n3.
+    const VOTERS: usize = 3;
 
     #[test]
     fn a_majority_of_the_voters_must_say_the_node_is_gone() {
         let gone = info(&["n1", "n2"], &["n1", "n2"]);
         let both = vec![("n1".into(), gone.clone()), ("n2".into(), gone.clone())];
-        let why = verdict("n3", &voters(), &both).expect("removed");
+        let why = verdict("n3", VOTERS, &both).expect("removed");
         assert!(
             why.contains("n1, n2 no longer list it")
                 && why.contains("`tenure member remove n3`")
@@ -136,7 +150,11 @@ mod tests {
         );
         // One voter's word is not enough (it may lie, or be alone in an old cluster).
         let one = vec![("n1".into(), gone.clone()), ("n2".into(), None)];
-        assert_eq!(verdict("n3", &voters(), &one), None);
+        assert_eq!(verdict("n3", VOTERS, &one), None);
+        // Nor in a group of two voters, this node one of them.
+        assert_eq!(verdict("n3", 2, &one[..1]), None);
+        // A learner (not a voter itself) of two voters: both must say so.
+        assert!(verdict("n3", 2, &both).is_some());
     }
 
     #[test]
@@ -145,11 +163,11 @@ mod tests {
         // A learner (stepped down by the leader's upkeep) is listed in the Raft membership.
         let learner = info(&["n1", "n2", "n3"], &["n1", "n2", "n3"]);
         let answers = vec![("n1".into(), gone.clone()), ("n2".into(), learner)];
-        assert_eq!(verdict("n3", &voters(), &answers), None);
+        assert_eq!(verdict("n3", VOTERS, &answers), None);
         // Still among the replicated members (taken out of Raft only, as by a revocation).
         let member = info(&["n1", "n2"], &["n1", "n2", "n3"]);
         let answers = vec![("n1".into(), gone.clone()), ("n2".into(), member)];
-        assert_eq!(verdict("n3", &voters(), &answers), None);
+        assert_eq!(verdict("n3", VOTERS, &answers), None);
         // Unformed answers say nothing.
         let unformed = Some(StoreInfo {
             formed: false,
@@ -157,6 +175,6 @@ mod tests {
             members: vec![],
         });
         let answers = vec![("n1".into(), gone), ("n2".into(), unformed)];
-        assert_eq!(verdict("n3", &voters(), &answers), None);
+        assert_eq!(verdict("n3", VOTERS, &answers), None);
     }
 }
