@@ -336,7 +336,7 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
 /// The target dir this test binary was built in: it runs as
 /// `<target>/[<triple>/]<profile>/deps/<test>`, and cargo marks `<target>` with a
 /// `CACHEDIR.TAG` file.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let deps = exe.parent().expect("the deps dir");
     let profile = deps.parent().expect("the profile dir");
