@@ -153,6 +153,20 @@ fn stop(node: &mut Node, name: &str, t: u64) {
 fn made_project_builds_checks_and_runs(name: &str, lang: &str, program: &str, args: &[&str]) {
     let (_dir, project) = new_project(name, lang);
     build(&project, program, args);
+    if lang == "rust" {
+        // What the template writes is what rustfmt would: a user's first `cargo fmt`
+        // changes nothing.
+        let fmt = Command::new("cargo")
+            .args(["fmt", "--check"])
+            .current_dir(&project)
+            .output()
+            .expect("running cargo fmt");
+        assert!(
+            fmt.status.success(),
+            "cargo fmt --check:\n{}",
+            String::from_utf8_lossy(&fmt.stdout)
+        );
+    }
     check(&project, name);
 
     let mut node = Node::new(name);

@@ -16,7 +16,9 @@ impl tenure::Task for Task {
             None => 1000,
         };
         let mut count = match tenure::state::load()? {
-            Some(bytes) => u64::from_le_bytes(bytes.try_into().map_err(|_| "state is not a count")?),
+            Some(bytes) => {
+                u64::from_le_bytes(bytes.try_into().map_err(|_| "state is not a count")?)
+            }
             None => 0,
         };
         tenure::log(
