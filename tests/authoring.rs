@@ -93,7 +93,8 @@ fn build(project: &Path, program: &str, args: &[&str]) {
 /// `tenure plugin check NAME.wasm` in the project passes and reads the manifest beside it.
 fn check(project: &Path, name: &str) {
     let wasm = format!("{name}.wasm");
-    let output = tenure(&["plugin", "check", &wasm], project);
+    // It compiles the component: seconds alone, far more beside the other tests' builds.
+    let output = tenure_within(&["plugin", "check", &wasm], project, COMPILE_WAIT);
     let out = stdout_of(&output);
     assert!(
         output.status.success(),
