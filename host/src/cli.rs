@@ -214,9 +214,12 @@ pub enum PluginCommand {
         #[arg(long)]
         manifest: Option<PathBuf>,
     },
-    /// Make a plugin project: a start loop, a cleanup, a manifest and a README, written
-    /// with the SDK of a Tenure checkout. It builds with one command (`./build.sh`, or
-    /// `npm run build` for js) into NAME.wasm beside NAME.toml.
+    /// Make a plugin project in Rust, Python or JavaScript, with the SDK of a Tenure
+    /// checkout.
+    ///
+    /// The project has a start loop, a cleanup, a manifest naming the resource and a
+    /// README. It builds with one command (`./build.sh`, or `npm run build` for js) into
+    /// NAME.wasm beside NAME.toml, ready for `tenure plugin check` and a plugins folder.
     New {
         /// The project's directory; its last part is the plugin's name (lowercase letters,
         /// digits, - and _), which also names its resource.

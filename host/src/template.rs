@@ -211,10 +211,16 @@ pub fn write_project(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if !parent.is_dir() {
+        bail!(
+            "{}: no such directory to make the project {name} in; create it first",
+            parent.display()
+        );
+    }
     let staging = tempfile::Builder::new()
         .prefix(&format!(".{name}.new-"))
         .tempdir_in(&parent)
-        .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot create a directory in {}: {e}", parent.display()))?;
     let mut written = Vec::new();
     for f in lang.files() {
         let relative = PathBuf::from(fill(f.path, name, checkout));
@@ -312,5 +318,10 @@ mod tests {
         assert!(!dest.join("app.js").exists());
         let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no staging directory is left: {left:?}");
+
+        let nowhere = dir.path().join("missing/my-task");
+        let err = write_project(&nowhere, "my-task", Lang::Js, checkout).unwrap_err();
+        assert!(err.to_string().contains("no such directory"), "{err}");
+        assert!(!dir.path().join("missing").exists());
     }
 }
