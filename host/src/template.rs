@@ -1,7 +1,9 @@
 //! `tenure plugin new`: a plugin project per language, from templates in the binary.
 //!
 //! Each template is a few files under `host/templates/<lang>/`, embedded with
-//! `include_str!` so the binary needs nothing beside it, and filled in by plain
+//! `include_str!` so the binary needs nothing beside it (named so that no tool takes them
+//! for a project of their own: the Rust manifest is `cargo-manifest.toml`, the dotfiles
+//! lose their dot), and filled in by plain
 //! substitution of three placeholders: `{{name}}` (the plugin, its resource and its
 //! `.wasm`), `{{crate}}` (the name as Rust spells a crate's file) and `{{tenure}}` (the
 //! Tenure checkout whose SDK the project uses). The SDKs are not published yet, so a
@@ -60,7 +62,10 @@ const fn script(path: &'static str, text: &'static str) -> File {
 const MANIFEST: &str = "{{name}}.toml";
 
 const RUST: &[File] = &[
-    file("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
+    file(
+        "Cargo.toml",
+        include_str!("../templates/rust/cargo-manifest.toml"),
+    ),
     file(
         ".cargo/config.toml",
         include_str!("../templates/rust/cargo-config.toml"),
