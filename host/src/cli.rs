@@ -215,6 +215,24 @@ pub enum PluginCommand {
         #[arg(long)]
         manifest: Option<PathBuf>,
     },
+    /// Make a plugin project in Rust, Python or JavaScript, with the SDK of a Tenure
+    /// checkout.
+    ///
+    /// The project has a start loop, a cleanup, a manifest naming the resource and a
+    /// README. It builds with one command (`./build.sh`, or `npm run build` for js) into
+    /// NAME.wasm beside NAME.toml, ready for `tenure plugin check` and a plugins folder.
+    New {
+        /// The project's directory; its last part is the plugin's name (lowercase letters,
+        /// digits, - and _), which also names its resource.
+        path: PathBuf,
+        /// The language.
+        #[arg(long, value_enum)]
+        lang: crate::template::Lang,
+        /// The Tenure source checkout whose SDK (sdk/) the project uses by path (default:
+        /// the checkout this binary was built from, if it is still there).
+        #[arg(long, env = "TENURE_SDK", value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -384,6 +402,37 @@ async fn shutdown_then_abort(
         );
         std::process::exit(130);
     });
+}
+
+/// `tenure plugin new`.
+pub fn plugin_new(
+    path: &Path,
+    lang: crate::template::Lang,
+    sdk: Option<&Path>,
+) -> anyhow::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: give a directory whose last part names the plugin",
+            path.display()
+        )
+    })?;
+    crate::template::check_name(name)?;
+    let checkout = crate::template::checkout(sdk)?;
+    let files = crate::template::write_project(path, name, lang, &checkout)?;
+    println!(
+        "created {} ({lang:?}, SDK from {})",
+        path.display(),
+        checkout.display()
+    );
+    for file in files {
+        println!("  {}", file.display());
+    }
+    println!(
+        "next: cd {} && {} && tenure plugin check {name}.wasm",
+        path.display(),
+        lang.build_command()
+    );
+    Ok(())
 }
 
 /// `tenure plugin check`.

@@ -25,6 +25,7 @@ mod ratelimit;
 pub mod rpc;
 pub mod runtime;
 pub mod supervisor;
+pub mod template;
 pub mod terminal;
 pub mod transport;
 pub mod version;

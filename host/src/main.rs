@@ -13,6 +13,9 @@ fn main() {
         Command::Plugin(PluginCommand::Check { file, manifest }) => {
             tenure::cli::plugin_check(&file, manifest.as_deref())
         }
+        Command::Plugin(PluginCommand::New { path, lang, sdk }) => {
+            tenure::cli::plugin_new(&path, lang, sdk.as_deref())
+        }
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),

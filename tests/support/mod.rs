@@ -336,7 +336,7 @@ fn warm_compile_cache(plugins: &PolyglotPlugins) {
 /// The target dir this test binary was built in: it runs as
 /// `<target>/[<triple>/]<profile>/deps/<test>`, and cargo marks `<target>` with a
 /// `CACHEDIR.TAG` file.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let deps = exe.parent().expect("the deps dir");
     let profile = deps.parent().expect("the profile dir");
@@ -352,6 +352,12 @@ fn target_dir() -> PathBuf {
 
 /// Runs `tenure ARGS` to completion (bounded by [`WAIT`]) with a clean environment.
 pub fn tenure(args: &[&str], cwd: &Path) -> Output {
+    tenure_within(args, cwd, WAIT)
+}
+
+/// Runs `tenure ARGS` like [`tenure`], bounded by `timeout` (e.g. a `plugin check` that
+/// compiles a large component while other tests build).
+pub fn tenure_within(args: &[&str], cwd: &Path, timeout: Duration) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
     command.args(args).current_dir(cwd);
     clean_env(&mut command);
@@ -361,7 +367,7 @@ pub fn tenure(args: &[&str], cwd: &Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning tenure");
-    wait_output(child, WAIT, &format!("tenure {}", args.join(" ")))
+    wait_output(child, timeout, &format!("tenure {}", args.join(" ")))
 }
 
 /// Runs `tenure ARGS` like [`tenure`], but with its stdout a pipe whose reading end is

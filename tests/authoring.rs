@@ -1,0 +1,249 @@
+//! `tenure plugin new` for each language, end to end: the project it writes builds with
+//! its one command and the real toolchain, `tenure plugin check` passes on what it built,
+//! and a node runs it: it starts, ticks under its grant's token, stops cooperatively on
+//! SIGINT with one `cleanup reason=shutdown`, and after a restart goes on from the count
+//! it saved.
+//!
+//! The builds reuse what the other tests build with, so CI installs each language's tools
+//! once: the Rust project builds into this test's own target dir (its dependencies are
+//! those of `sdk-poller`), the Python and JavaScript projects through the checkout's
+//! `sdk/python/build.sh` and `sdk/js/build.sh`, which are `plugins/counter-py/build.sh`
+//! and `plugins/counter-js/build.sh` with their pinned installs in `$TENURE_TOOLS_DIR`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+/// The bound for a build (a fresh Rust build of the SDK's dependencies, or the first
+/// install of componentize-py or componentize-js) and for a node's first compile of a
+/// Python or JavaScript component: minutes when tests build in parallel on two cores.
+const BUILD_WAIT: Duration = Duration::from_secs(600);
+const COMPILE_WAIT: Duration = Duration::from_secs(180);
+
+/// The Tenure checkout the test binary was built from, as `tenure plugin new` finds it.
+fn checkout() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .canonicalize()
+        .expect("the checkout")
+}
+
+/// Runs `tenure plugin new NAME --lang LANG` in a temp dir; returns the dir and the
+/// project's path.
+fn new_project(name: &str, lang: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("tenure-authoring-")
+        .tempdir()
+        .expect("a temp dir");
+    let output = tenure(&["plugin", "new", name, "--lang", lang], dir.path());
+    assert!(
+        output.status.success(),
+        "tenure plugin new failed:\n{}",
+        stderr_of(&output)
+    );
+    let out = stdout_of(&output);
+    let from = format!("SDK from {}", checkout().display());
+    assert!(out.contains(&from), "names the checkout it uses: {out}");
+    let project = dir.path().join(name);
+    for file in ["README.md", "build.sh", &format!("{name}.toml")] {
+        assert!(project.join(file).is_file(), "no {file} in:\n{out}");
+    }
+    (dir, project)
+}
+
+/// Runs the project's build command (as its README says) to completion.
+fn build(project: &Path, program: &str, args: &[&str]) {
+    let started = Instant::now();
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(project)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .stdin(Stdio::null());
+    // The pinned tools' install dir stays what CI and the other tests use: this
+    // process's TENURE_TOOLS_DIR, or the build scripts' default.
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "`{program} {}` in {} failed ({}):\n{}{}",
+        args.join(" "),
+        project.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        started.elapsed() < BUILD_WAIT,
+        "the build took {:?}",
+        started.elapsed()
+    );
+    eprintln!(
+        "[authoring] {} built in {:?}",
+        project.display(),
+        started.elapsed()
+    );
+}
+
+/// `tenure plugin check NAME.wasm` in the project passes and reads the manifest beside it.
+fn check(project: &Path, name: &str) {
+    let wasm = format!("{name}.wasm");
+    // It compiles the component: seconds alone, far more beside the other tests' builds.
+    let output = tenure_within(&["plugin", "check", &wasm], project, COMPILE_WAIT);
+    let out = stdout_of(&output);
+    assert!(
+        output.status.success(),
+        "tenure plugin check failed:\n{out}{}",
+        stderr_of(&output)
+    );
+    assert!(
+        out.contains(&format!("manifest   {name}.toml"))
+            && out.contains(&format!("resource   {name} (tickets 1, version 0.1.0)")),
+        "{out}"
+    );
+}
+
+/// Waits for `name`'s start in the current run and its tick `n` under that start's token;
+/// returns the token.
+fn wait_ticking(node: &Node, name: &str, n: u64) -> u64 {
+    let start = node.wait_for(
+        "the plugin to start",
+        is("plugin.started").with("resource", name).f(),
+        COMPILE_WAIT,
+    );
+    let t = token(&start);
+    let line = format!("tick {n} token={t}");
+    node.wait_for(&line, log_exact(name, &line), WAIT);
+    t
+}
+
+/// SIGINT: the start ends `stopped` (not interrupted), cleanup runs once with reason
+/// shutdown, and the node exits 0.
+fn stop(node: &mut Node, name: &str, t: u64) {
+    node.signal(libc::SIGINT);
+    let stopped = node.wait_for(
+        "plugin.stopped",
+        is("plugin.stopped")
+            .with("resource", name)
+            .with("token", t)
+            .f(),
+        WAIT,
+    );
+    assert_eq!(stopped["outcome"], "stopped", "{stopped}");
+    let status = node.wait_exit(WAIT);
+    assert!(
+        status.success(),
+        "the node exited with {status}\n{}",
+        node.tail()
+    );
+    let cleanups: Vec<Value> = node
+        .events()
+        .into_iter()
+        .filter(|e| log_starting(name, "cleanup ")(e))
+        .collect();
+    assert_eq!(cleanups.len(), 1, "one cleanup: {cleanups:?}");
+    assert_eq!(message(&cleanups[0]), "cleanup reason=shutdown");
+}
+
+/// Makes, builds, checks and runs a project of `lang`.
+fn made_project_builds_checks_and_runs(name: &str, lang: &str, program: &str, args: &[&str]) {
+    let (_dir, project) = new_project(name, lang);
+    build(&project, program, args);
+    if lang == "rust" {
+        // What the template writes is what rustfmt would: a user's first `cargo fmt`
+        // changes nothing.
+        let fmt = Command::new("cargo")
+            .args(["fmt", "--check"])
+            .current_dir(&project)
+            .output()
+            .expect("running cargo fmt");
+        assert!(
+            fmt.status.success(),
+            "cargo fmt --check:\n{}",
+            String::from_utf8_lossy(&fmt.stdout)
+        );
+    }
+    check(&project, name);
+
+    let mut node = Node::new(name);
+    node.install(
+        &format!("{name}.toml"),
+        std::fs::read(project.join(format!("{name}.toml"))).unwrap(),
+    );
+    node.install(
+        &format!("{name}.wasm"),
+        std::fs::read(project.join(format!("{name}.wasm"))).unwrap(),
+    );
+    node.spawn();
+    let first = wait_ticking(&node, name, 1);
+    assert!(
+        node.count(log_exact(name, &format!("started token={first} count=0"))) == 1,
+        "the first start begins from no state:\n{}",
+        node.tail()
+    );
+    stop(&mut node, name, first);
+
+    // The count it saved carries over to the next start, under a newer token.
+    node.restart();
+    let second = wait_ticking(&node, name, 2);
+    assert!(second > first, "tokens increase: {first} then {second}");
+    stop(&mut node, name, second);
+}
+
+#[test]
+fn a_new_rust_project_builds_checks_and_runs() {
+    made_project_builds_checks_and_runs("my-rust-task", "rust", "./build.sh", &[]);
+}
+
+#[test]
+fn a_new_python_project_builds_checks_and_runs() {
+    made_project_builds_checks_and_runs("my-python-task", "python", "./build.sh", &[]);
+}
+
+#[test]
+fn a_new_javascript_project_builds_checks_and_runs() {
+    made_project_builds_checks_and_runs("my-js-task", "js", "npm", &["run", "build"]);
+}
+
+#[test]
+fn a_project_is_not_written_over_an_existing_directory_nor_under_a_bad_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = dir.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    let output = tenure(&["plugin", "new", "taken", "--lang", "rust"], dir.path());
+    assert!(!output.status.success());
+    let err = stderr_of(&output);
+    assert!(
+        err.contains("taken: the directory exists and is not empty"),
+        "{err}"
+    );
+    let output = tenure(&["plugin", "new", "My Task", "--lang", "js"], dir.path());
+    assert!(!output.status.success());
+    let err = stderr_of(&output);
+    assert!(err.contains("use lowercase letters"), "{err}");
+    let output = tenure(
+        &["plugin", "new", "other", "--lang", "python", "--sdk", "/"],
+        dir.path(),
+    );
+    assert!(!output.status.success());
+    let err = stderr_of(&output);
+    assert!(err.contains("not a Tenure checkout"), "{err}");
+    // Nothing was written: the taken dir as it was, and nothing beside it.
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["taken"]);
+    assert_eq!(
+        std::fs::read_dir(&taken).unwrap().count(),
+        1,
+        "the taken dir is untouched"
+    );
+}
