@@ -628,7 +628,7 @@ fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
 /// its term-1 campaign would outrank a leader of term 1 in openraft's order.
 #[test]
 fn a_fresh_member_that_starts_late_does_not_depose_the_leader() {
-    let mut c = Cluster::builder(3).build();
+    let c = Cluster::builder(3).build();
     let late = (0..3)
         .max_by_key(|&i| tenure::raft::node_id(c.name(i)))
         .unwrap();
@@ -643,7 +643,7 @@ fn a_fresh_member_that_starts_late_does_not_depose_the_leader() {
 /// leader change after n2 started": the term went from 1 to 4).
 #[test]
 fn a_late_first_member_does_not_depose_the_leader() {
-    let mut c = Cluster::builder(3).ttl(Duration::from_millis(500)).build();
+    let c = Cluster::builder(3).ttl(Duration::from_millis(500)).build();
     let late = (0..3)
         .min_by_key(|&i| tenure::raft::node_id(c.name(i)))
         .unwrap();
