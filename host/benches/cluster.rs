@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench -p tenure --bench cluster` from the workspace root (several
 //! minutes). Pick sections with `TENURE_BENCH`, a comma-separated list of `failover`,
-//! `peers`, `calm`, `handover`, `traffic`, `convergence`, `reach`, `early` (default: all; `peers` needs
+//! `peers`, `calm`, `handover`, `traffic`, `convergence`, `reach`, `early`, `restart` (default: all; `peers` needs
 //! `scripts/bench-peers-setup` run once); `TENURE_BENCH_CALM_S` the length of `calm`
 //! (default 600: the 10 minutes); `TENURE_BENCH_TRIALS` sets the trials of
 //! failover, peers and handover (default 20), `TENURE_BENCH_RESOURCES` the resource
@@ -56,6 +56,11 @@
 //!    during the formation (the kill's time from the first spawn is shown); timed the
 //!    same, with the new leader's `lease.inherited` (`from`: what its base rested on)
 //!    when the owner led.
+//!    **Restart** (3 nodes at each failover TTL, `TENURE_BENCH_TRIALS` trials): another
+//!    node than the owner is killed and restarted on its data dir, and the owner is
+//!    killed as soon as that node's `node.started` is seen (it has not been reached by a
+//!    leader yet); timed as in the failover section, with the restarted node's role and
+//!    the new leader's `lease.inherited` when the owner led.
 //!
 //! `TENURE_BENCH_TTLS_MS` sets the TTLs of the failover section (default `2000,500`).
 //! `TENURE_BENCH_RUST_LOG` adds log directives to the nodes' filter. Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
@@ -128,6 +133,7 @@ fn main() -> anyhow::Result<()> {
             "convergence",
             "reach",
             "early",
+            "restart",
         ],
     )?;
     let trials = env_usize("TENURE_BENCH_TRIALS", 20)?;
@@ -166,6 +172,11 @@ fn main() -> anyhow::Result<()> {
     if has("early") {
         for ttl in env_list_ms("TENURE_BENCH_TTLS_MS", &[2000, 500])? {
             early_section(&heartbeat, ttl, trials, &mut table)?;
+        }
+    }
+    if has("restart") {
+        for ttl in env_list_ms("TENURE_BENCH_TTLS_MS", &[2000, 500])? {
+            restart_section(&heartbeat, ttl, trials, &mut table)?;
         }
     }
     print_machine("after");
@@ -476,6 +487,94 @@ fn early_section(
         println!("{label}: {}", summary.describe("ms", 1));
         table.row(&label, &summary, "ms", 1, "", &load);
     }
+    Ok(())
+}
+
+/// A cluster of 3 whose owner of `hb` is killed right after another node restarted:
+/// kill → the successor's `plugin.started`, as in [`failover_section`].
+fn restart_section(
+    heartbeat: &Path,
+    ttl: Duration,
+    trials: usize,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let ttl_ms = millis(ttl);
+    println!(
+        "\n== restart: another node restarted, then kill -9 of the owner → successor's plugin.started (3 nodes, TTL {ttl_ms:.0} ms) =="
+    );
+    let grace = (ttl / 5).min(Duration::from_millis(500));
+    let manifest = format!(
+        "resource = \"hb\"\ntickets = 1\n[limits]\nstop_grace = \"{}ms\"\n",
+        grace.as_millis()
+    );
+    let mut cluster = Cluster::new(3, ttl)?;
+    cluster.install_everywhere(HB, Some(&manifest), heartbeat)?;
+    cluster.start_all()?;
+    let mut all = Vec::new();
+    let mut led = Vec::new();
+    for trial in 0..trials {
+        cluster.wait_ready(WAIT)?;
+        let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
+        // The restarted node: one of the other two, by turns.
+        let others: Vec<usize> = (0..cluster.len()).filter(|&i| i != owner).collect();
+        let restarted = others[trial % others.len()];
+        let restarted_led = cluster.is_leader(restarted)?;
+        cluster.kill(restarted);
+        cluster.spawn(restarted)?;
+        let up_us = cluster.wait_event(WAIT, |i, e| {
+            (i == restarted && e.name == "node.started").then_some(e.at_us)
+        })?;
+        let was_leader = cluster.is_leader(owner)?;
+        let killed_us = system_us(cluster.kill(owner));
+        let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
+            (i != owner
+                && e.name == "plugin.started"
+                && e.resource() == Some(HB)
+                && e.token() > Some(token)
+                && e.at_us > killed_us)
+                .then(|| e.clone())
+        })?;
+        let latency = (started.at_us - killed_us) as f64 / 1000.0;
+        let inherited = cluster.find_event(|_, e| {
+            (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
+                format!(
+                    " (new leader's base from {}, {} ms before its lease.inherited)",
+                    e.str("from").unwrap_or("?"),
+                    e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
+                )
+            })
+        });
+        println!(
+            "  trial {:2}: restarted {} ({}), killed {} ({}) {:.0} ms after its node.started, {} started after {latency:.1} ms{}",
+            trial + 1,
+            cluster.name(restarted),
+            if restarted_led { "leader" } else { "follower" },
+            cluster.name(owner),
+            if was_leader { "leader" } else { "follower" },
+            (killed_us - up_us) as f64 / 1000.0,
+            started.node,
+            inherited.unwrap_or_default(),
+        );
+        all.push(latency);
+        if was_leader {
+            led.push(latency);
+        }
+        cluster.spawn(owner)?;
+        cluster.wait_session(owner, WAIT)?;
+    }
+    let load = load_average();
+    let target = format!("worst ≤ {:.0} ms", ttl_ms + 150.0);
+    let label = format!("failover after a restart, TTL {ttl_ms:.0} ms");
+    let summary = Summary::of(all);
+    println!("{label}: {} (target {target})", summary.describe("ms", 1));
+    table.row(&label, &summary, "ms", 1, &target, &load);
+    if !led.is_empty() {
+        let label = format!("failover after a restart, TTL {ttl_ms:.0} ms, the owner led");
+        let summary = Summary::of(led);
+        println!("{label}: {}", summary.describe("ms", 1));
+        table.row(&label, &summary, "ms", 1, "", &load);
+    }
+    cluster.check_no_failures()?;
     Ok(())
 }
 

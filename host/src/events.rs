@@ -114,7 +114,8 @@ pub const DEV_CERTS: &str = "node.dev_certs";
 pub const CLUSTER_WAITING: &str = "cluster.waiting";
 /// This node initialized the Raft group with the initial members (`members`).
 pub const CLUSTER_BOOTSTRAPPED: &str = "cluster.bootstrapped";
-/// A fresh initial member other than the first waited to be reached before bootstrapping
+/// A fresh initial member other than the first (or the first, when a peer had formed the
+/// cluster already) waited to be reached before bootstrapping
 /// (`after_ms`): `leader` names the leader that reached it, or is absent when none did in
 /// time and it bootstraps itself.
 pub const CLUSTER_REACHED: &str = "cluster.reached";

@@ -174,14 +174,16 @@ pub(crate) async fn ask(attached: &Attached, name: &str, addr: &str) -> Option<S
 }
 
 /// Asks `nodes` (name, address; this node left out) until the answers allow going on;
-/// then lets Raft's messages in. Returns at once for a store that is not new.
+/// then lets Raft's messages in. Returns whether an answer came from a node of a formed
+/// cluster (then a leader may exist: `rejoin.rs` holds this node's campaign); at once,
+/// `false`, for a store that is not new.
 pub(crate) async fn decide(
     shared: &Shared,
     nodes: &[(String, String)],
     joining: bool,
-) -> Result<(), ControlError> {
+) -> Result<bool, ControlError> {
     if !shared.forming.load(Ordering::SeqCst) {
-        return Ok(());
+        return Ok(false);
     }
     let attached = shared.attached()?;
     let others: Vec<(String, String)> = nodes
@@ -190,13 +192,19 @@ pub(crate) async fn decide(
         .cloned()
         .collect();
     let mut waiting_told = false;
+    let formed;
     loop {
         let mut answers = Vec::with_capacity(others.len());
         for (name, addr) in &others {
             answers.push((name.clone(), ask(&attached, name, addr).await));
         }
         match verdict(&shared.name, joining, &answers) {
-            Verdict::Go => break,
+            Verdict::Go => {
+                formed = answers
+                    .iter()
+                    .any(|(_, a)| a.as_ref().is_some_and(|a| a.formed));
+                break;
+            }
             Verdict::Wait(silent) => {
                 if !waiting_told {
                     tracing::info!(
@@ -224,7 +232,7 @@ pub(crate) async fn decide(
         }
     }
     shared.forming.store(false, Ordering::SeqCst);
-    Ok(())
+    Ok(formed)
 }
 
 #[cfg(test)]

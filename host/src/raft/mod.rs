@@ -509,7 +509,8 @@ impl Control {
     /// Forms the cluster from `members` (name → address), if this node's log is fresh.
     /// Every initial member calls it with the same set; on a node that was already
     /// initialized (a restart, or a cluster formed by another member first) it does
-    /// nothing. Only the member with the lowest node id forms it at once; any other first
+    /// nothing. Only the member with the lowest node id forms it at once, and only while
+    /// no peer answered (`forming.rs`) that it formed the cluster already; any other first
     /// waits up to `rejoin::HOLD` (2 s) for a leader to reach it, and then does nothing
     /// (`rejoin.rs`).
     pub async fn bootstrap(&self, members: &BTreeMap<String, String>) -> Result<(), ControlError> {
@@ -541,7 +542,7 @@ impl Control {
             .iter()
             .map(|(name, addr)| (name.clone(), addr.clone()))
             .collect();
-        forming::decide(shared, &peers, false).await?;
+        let peers_formed = forming::decide(shared, &peers, false).await?;
         let initialized = shared
             .raft
             .is_initialized()
@@ -550,9 +551,10 @@ impl Control {
         if initialized {
             return Ok(());
         }
-        // Only the first member campaigns at once; the others wait to be reached by the
-        // leader it elects, or by one that exists already (`rejoin.rs`).
-        if !rejoin::campaigns_first(shared.me, nodes.keys().copied()) {
+        // Only the first member campaigns at once, and only if no peer formed the cluster
+        // yet; the others wait to be reached by the leader it elects, or by one that
+        // exists already (`rejoin.rs`).
+        if peers_formed || !rejoin::campaigns_first(shared.me, nodes.keys().copied()) {
             let started = Instant::now();
             if rejoin::reached(shared).await {
                 tracing::info!(

@@ -31,9 +31,18 @@
 //! (a node without a membership votes), and the first append ends the wait. Only a
 //! formation without the first member waits [`HOLD`] for its first election.
 //!
-//! What it does not do: keep the first member itself from campaigning while it is
-//! unreached (it is the one that must elect a new cluster, and cannot tell the two
-//! cases apart without PreVote), or hold a member that bootstrapped after [`HOLD`].
+//! The first member waits as well when it starts after the others formed the cluster
+//! without it (they waited [`HOLD`] for it, then formed it): a peer's answer to
+//! `forming.rs` says it formed a cluster, so a leader may exist. Its own campaign would
+//! not win (its log is empty) but could depose that leader: its term-1 vote is below
+//! the leader's, yet a campaign that times out raises its term, and openraft holds the
+//! next one only an election timeout plus `2 × election_max` after it saw a longer log,
+//! which at TTL 500 ms (about 190 ms) is as long as the leader's probe of a link in
+//! backoff can take (up to 250 ms, `link.rs`, plus a dial). Seen once in 15 runs
+//! (`tests/cluster.rs` `a_late_first_member_does_not_depose_the_leader`: the term went
+//! from 1 to 4). What it does not do: hold a member that bootstrapped after [`HOLD`], or
+//! a voter that campaigns after [`HOLD`] because it is cut off (a node returning from a
+//! partition may force one election, as without PreVote anywhere).
 
 use std::sync::Arc;
 use std::time::Duration;
