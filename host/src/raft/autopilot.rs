@@ -219,25 +219,47 @@ impl Shared {
         let Some(change) = change else {
             return false;
         };
+        let names: Vec<String> = match &step {
+            Step::Promote(name) => vec![name.clone()],
+            Step::Replace { out, with } => vec![out.clone(), with.clone()],
+            Step::Shrink(out) => out.clone(),
+            Step::Finish => Vec::new(),
+        };
+        // The note goes in before the change commits, so `member list` never shows the
+        // new voters without it; it is taken back if the change fails.
+        let before = self.note(&names, Some(&why));
         match self.change_voters(change, true).await {
             Ok(()) => {
                 tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, step = ?step, "{why}");
-                let names: Vec<String> = match &step {
-                    Step::Promote(name) => vec![name.clone()],
-                    Step::Replace { out, with } => vec![out.clone(), with.clone()],
-                    Step::Shrink(out) => out.clone(),
-                    Step::Finish => Vec::new(),
-                };
-                let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-                for name in names {
-                    replaced.insert(name, why.clone());
-                }
                 true
             }
             Err(e) => {
+                self.restore_notes(before);
                 tracing::debug!(event = crate::events::CONTROL_ERROR, step = ?step, error = %e, "voter change not possible now");
                 false
             }
+        }
+    }
+
+    /// Sets the `member list` note of `names` to `why`; returns what they had.
+    fn note(&self, names: &[String], why: Option<&str>) -> Vec<(String, Option<String>)> {
+        let mut notes = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        names
+            .iter()
+            .map(|name| {
+                let old = match why {
+                    Some(why) => notes.insert(name.clone(), why.to_owned()),
+                    None => notes.remove(name),
+                };
+                (name.clone(), old)
+            })
+            .collect()
+    }
+
+    /// Puts back the notes [`Shared::note`] returned.
+    fn restore_notes(&self, before: Vec<(String, Option<String>)>) {
+        for (name, old) in before {
+            self.note(std::slice::from_ref(&name), old.as_deref());
         }
     }
 
@@ -516,17 +538,17 @@ impl Shared {
             }
             ChangeMembers::AddVoterIds([id].into())
         };
+        let why = "promoted to voter by an operator";
+        let before = self.note(&[name.to_owned()], Some(why));
         match self.change_voters(change, true).await {
             Ok(()) => {
-                let why = "promoted to voter by an operator".to_string();
                 tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "{why}");
-                self.replaced
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(name.to_owned(), why);
                 Ok(format!("{name} is a voter"))
             }
-            Err(e) => Err(format!("promoting {name} failed: {e}")),
+            Err(e) => {
+                self.restore_notes(before);
+                Err(format!("promoting {name} failed: {e}"))
+            }
         }
     }
 }
