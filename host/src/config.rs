@@ -47,6 +47,9 @@ pub struct Config {
     /// Where to serve `/`, `/status`, `/metrics`, `/livez` (`/healthz`) and `/readyz` (plain HTTP);
     /// none: off.
     pub metrics: Option<SocketAddr>,
+    /// The cap on the incremental compilation cache (`DATA_DIR/incremental/`), in bytes;
+    /// 0: no incremental cache.
+    pub incremental_cache: u64,
 }
 
 /// Another node: its name (which its certificate must carry) and address.
@@ -80,9 +83,16 @@ impl Default for Config {
             tls: None,
             ttl: LeaseTiming::DEFAULT_TTL,
             metrics: None,
+            incremental_cache: DEFAULT_INCREMENTAL_CACHE_MIB << 20,
         }
     }
 }
+
+/// The default cap on the incremental compilation cache, in MiB: the interpreters of
+/// Python and JavaScript plugins take about 30 and 40 MiB, each further version or plugin
+/// of a language a few MiB more (BENCHMARKS.md). A compile reads the whole cache into the
+/// compiler process's memory.
+pub const DEFAULT_INCREMENTAL_CACHE_MIB: u64 = 256;
 
 /// The default listen address of a node with peers (DESIGN.md §2).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
@@ -135,6 +145,14 @@ struct ConfigFile {
     tls: Option<Tls>,
     lease: Option<LeaseFile>,
     metrics: Option<MetricsFile>,
+    compile: Option<CompileFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompileFile {
+    /// The incremental compilation cache's cap in MiB; 0: off.
+    incremental_cache_mib: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -198,6 +216,14 @@ impl Config {
             }
             if let Some(listen) = parsed.metrics.and_then(|m| m.listen) {
                 config.metrics = metrics_listen(&listen)?;
+            }
+            if let Some(mib) = parsed.compile.and_then(|c| c.incremental_cache_mib) {
+                config.incremental_cache =
+                    mib.checked_mul(1 << 20)
+                        .ok_or_else(|| ConfigError::Invalid {
+                            key: "compile.incremental_cache_mib",
+                            message: format!("{mib} MiB is more bytes than a u64 holds"),
+                        })?;
             }
         }
         if let Some(name) = overrides.name {
@@ -399,6 +425,14 @@ mod tests {
         assert_eq!(config.ttl, Duration::from_millis(500));
         assert_eq!(config.metrics, None, "metrics are off unless configured");
 
+        assert_eq!(config.incremental_cache, 256 << 20, "the default cap");
+        std::fs::write(&path, "[compile]\nincremental_cache_mib = 0\n").unwrap();
+        let config = Config::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(
+            config.incremental_cache, 0,
+            "the incremental cache turned off"
+        );
+
         std::fs::write(&path, "[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
         let config = Config::load(Some(&path), Overrides::default()).unwrap();
         assert_eq!(config.metrics, Some("127.0.0.1:9464".parse().unwrap()));
@@ -423,6 +457,15 @@ mod tests {
             ("[lease]\nttl = \"soon\"", "lease.ttl"),
             ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
             ("[metrics]\nlisten = \"127.0.0.1:9464\"\nport = 1", "port"),
+            (
+                "[compile]\nincremental_cache_mib = -1",
+                "incremental_cache_mib",
+            ),
+            (
+                "[compile]\nincremental_cache_mib = 18000000000000",
+                "incremental_cache_mib",
+            ),
+            ("[compile]\ncache = 1", "cache"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(Some(&path), Overrides::default())
