@@ -38,7 +38,7 @@
 //! node's `[compile] incremental_cache_mib`), the child reads the cache's packs into its
 //! memory (inside its limits) and compiles only the functions not found there
 //! (`incremental.rs`); it writes its new pack and evicts beyond the cap after the entry,
-//! then prints `incremental HITS MISSES BYTES` on its stdout. Children side by side each
+//! then prints `incremental HITS MISSES BYTES REPEATS` on its stdout. Children side by side each
 //! write a pack of their own under a fresh name (a temporary file renamed), so they never
 //! write the same file. Trouble with the incremental cache never fails a compile: the
 //! child compiles without the unusable part and says so on stderr, which the node logs.
@@ -107,8 +107,10 @@ pub struct Incremental {
 /// What a compile's incremental cache reported (all zero without one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reuse {
-    /// Functions taken from the cache.
+    /// Functions taken from the cache (compiled by earlier compiles).
     pub hits: u64,
+    /// Functions identical to one compiled earlier in the same compile, taken from it.
+    pub repeats: u64,
     /// Functions compiled.
     pub misses: u64,
     /// Bytes the cache takes after the compile.
@@ -323,8 +325,8 @@ pub fn child_main(out: &Path, incremental: Option<Incremental>) -> i32 {
                     );
                 }
                 println!(
-                    "{REUSE_LINE} {} {} {}",
-                    outcome.hits, outcome.misses, outcome.bytes
+                    "{REUSE_LINE} {} {} {} {}",
+                    outcome.hits, outcome.misses, outcome.bytes, outcome.repeats
                 );
             }
             // The entry is written: the plugin runs; only later compiles miss this one's
@@ -347,6 +349,7 @@ fn parse_reuse(stdout: &str) -> Reuse {
         hits: next(),
         misses: next(),
         bytes: next(),
+        repeats: next(),
     }
 }
 

