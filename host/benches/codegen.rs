@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::{print_machine, target_dir};
-use plugins::{build_rust, build_script};
+use common::print_machine;
+use plugins::{build_rust, build_script, target_dir};
 use wasmtime::component::Component;
 use wasmtime::{CacheStore, Config, Engine, OptLevel};
 
@@ -54,12 +54,14 @@ fn main() -> anyhow::Result<()> {
         for (level, opt) in [("Speed", OptLevel::Speed), ("None", OptLevel::None)] {
             println!("\n== run {run}, OptLevel::{level}, cold, no cache ==");
             for wasm in [&heartbeat, &counter_py, &counter_js] {
-                let engine = Engine::new(&config(opt, None))?;
+                let engine =
+                    Engine::new(&config(opt, None)).map_err(|e| anyhow::anyhow!("{e:#}"))?;
                 compile(&engine, wasm, None)?;
             }
             println!("== run {run}, OptLevel::{level}, one incremental cache in memory ==");
             let store = Arc::new(Memory::default());
-            let engine = Engine::new(&config(opt, Some(store.clone())))?;
+            let engine = Engine::new(&config(opt, Some(store.clone())))
+                .map_err(|e| anyhow::anyhow!("{e:#}"))?;
             for wasm in [&counter_py, &sdk_py, &counter_js, &sdk_js] {
                 compile(&engine, wasm, Some(&store))?;
             }

@@ -127,7 +127,7 @@ impl IncrementalCache {
         }
         // Most recently used first: a key in several packs is taken from the freshest,
         // so the others age out.
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|p| std::cmp::Reverse(p.0));
         let mut cache = Self {
             dir: dir.to_path_buf(),
             key: hmac::Key::new(hmac::HMAC_SHA256, raw_key),

@@ -102,7 +102,7 @@ fn the_cache_survives_a_restart() {
 fn a_pack_this_node_did_not_write_is_dropped_and_never_used() {
     let dir = tempfile::tempdir().unwrap();
     let wasm = component(1);
-    let cold = compile_with(dir.path(), CAP, &wasm);
+    compile_with(dir.path(), CAP, &wasm);
     let pack = packs(dir.path()).remove(0);
     let genuine = std::fs::read(&pack).unwrap();
 
