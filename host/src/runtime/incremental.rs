@@ -31,6 +31,11 @@
 //! deleted until they fit. "Used" means used by a compile: a plugin loaded from the compile
 //! cache does not touch the packs it was compiled from.
 //!
+//! Caveats: wasmtime 48 gives some functions a different key on each compile, even for
+//! the same bytes (500 to 1,100 of a Python or JavaScript component's 20,000, BENCHMARKS.md),
+//! so those are compiled every time and each compile adds a small pack of them. Translating the wasm
+//! to Cranelift IR, which the key is computed from, runs for every function, hit or not.
+//!
 //! Not done: sharing packs between nodes. Compiled code is never taken from a peer (it
 //! cannot be checked against the wasm without compiling it, and a member certificate must
 //! not be a way to run code on other nodes); each node compiles, and this cache makes that
