@@ -435,3 +435,67 @@ fn compiling_python(name: &str) -> Node {
     );
     node
 }
+
+/// Issue 29: a second plugin compiles only the functions it does not share with the
+/// first, which the incremental cache in the data dir keeps across a restart; a plugin
+/// loaded from the compile cache compiles nothing.
+#[test]
+fn a_second_plugin_reuses_the_functions_the_first_one_compiled_across_a_restart() {
+    let plugins = plugins();
+    let mut node = Node::new("incremental");
+    install(&node, "heartbeat", &plugins.heartbeat_bytes(), "");
+    node.spawn();
+    let first = node.wait_for("heartbeat's compile", loaded("heartbeat"), COMPILE_WAIT);
+    assert_eq!(first["cache"], "miss", "{first}");
+    assert!(u64_field(&first, "compiled_functions") > 0, "{first}");
+    let incremental = node.data_dir().join("incremental");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&incremental).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "the incremental cache is owner-only");
+    let packs = std::fs::read_dir(&incremental).unwrap().count();
+    assert_eq!(packs, 1, "one pack for the one compile");
+
+    node.restart();
+    let warm = node.wait_for("heartbeat from the cache", loaded("heartbeat"), WAIT);
+    assert_eq!(warm["cache"], "hit", "{warm}");
+    assert_eq!(u64_field(&warm, "compiled_functions"), 0, "{warm}");
+    // Another Rust plugin: std's formatting, allocator and panic machinery are the same
+    // functions as heartbeat's.
+    install(&node, "counter", &plugins.counter_bytes(), "");
+    let second = node.wait_for("counter's compile", loaded("counter"), COMPILE_WAIT);
+    assert_eq!(second["cache"], "miss", "{second}");
+    assert!(
+        u64_field(&second, "reused_functions") > 0,
+        "nothing of heartbeat's compile was reused: {second}"
+    );
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(WAIT).success());
+}
+
+/// `[compile] incremental_cache_mib = 0` turns the incremental cache off: every compile
+/// compiles everything, and nothing is written for it.
+#[test]
+fn an_incremental_cache_of_zero_mib_is_off() {
+    let plugins = plugins();
+    let mut node = Node::new("incremental-off");
+    let config = node.dir().join("tenure.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\n[compile]\nincremental_cache_mib = 0\n",
+    )
+    .unwrap();
+    node.set_config(config);
+    install(&node, "heartbeat", &plugins.heartbeat_bytes(), "");
+    node.spawn();
+    let first = node.wait_for("heartbeat's compile", loaded("heartbeat"), COMPILE_WAIT);
+    install(&node, "counter", &plugins.counter_bytes(), "");
+    let second = node.wait_for("counter's compile", loaded("counter"), COMPILE_WAIT);
+    for loaded in [first, second] {
+        assert_eq!(loaded["cache"], "miss", "{loaded}");
+        assert_eq!(u64_field(&loaded, "reused_functions"), 0, "{loaded}");
+    }
+    assert!(!node.data_dir().join("incremental").exists());
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(WAIT).success());
+}

@@ -30,6 +30,18 @@
 //! plugins (spawn → heartbeat's `plugin.started`, and → each `plugin.loaded`), and a
 //! SIGTERM sent once the Python compile has begun (signal → exit).
 //!
+//! Then the incremental compilation cache (issue 29), [`RUNS`] times per language and per
+//! setting (the default cache, and `[compile] incremental_cache_mib = 0`): a node on a
+//! fresh data dir loads a first plugin of the language (`counter-py`, `counter-js`: a
+//! cold compile), then a second, different one (`sdk-py`, `sdk-js`) is dropped into the
+//! folder (its wasm and manifest renamed in): the drop → the second's `plugin.started`,
+//! the CPU its compile took (the node's children's user + system time, from
+//! /proc/PID/stat once the compiler process is reaped), the functions reused and
+//! compiled, and the disk the incremental cache takes afterwards.
+//!
+//! `TENURE_BENCH` picks sections (comma-separated: `languages`, `mixed`, `sigterm`,
+//! `incremental`; default all).
+//!
 //! It prints figures and asserts nothing about them; it fails only if something does not
 //! work at all. The machine is small and shared: compare medians across runs.
 
@@ -94,14 +106,151 @@ fn main() -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    for (language, wasm) in &languages {
-        language_section(language, wasm)?;
-        instance_section(&tokio, language, wasm)?;
+    let picked = std::env::var("TENURE_BENCH").unwrap_or_default();
+    let run = |section: &str| picked.is_empty() || picked.split(',').any(|p| p == section);
+    if run("languages") {
+        for (language, wasm) in &languages {
+            language_section(language, wasm)?;
+            instance_section(&tokio, language, wasm)?;
+        }
     }
-    mixed_section(&languages[0].1, &languages[1].1, &languages[2].1)?;
-    sigterm_section(&languages[1].1)?;
+    if run("mixed") {
+        mixed_section(&languages[0].1, &languages[1].1, &languages[2].1)?;
+    }
+    if run("sigterm") {
+        sigterm_section(&languages[1].1)?;
+    }
+    if run("incremental") {
+        incremental_section("python", &languages[1].1, &build_script(&target, "sdk-py")?)?;
+        incremental_section(
+            "javascript",
+            &languages[2].1,
+            &build_script(&target, "sdk-js")?,
+        )?;
+    }
     print_machine("after");
     Ok(())
+}
+
+/// The figures of one drop of a second plugin.
+struct Drop2 {
+    /// The first plugin's spawn → `plugin.started` (a cold compile), ms.
+    first: f64,
+    /// The second plugin's drop → `plugin.started`, ms.
+    second: f64,
+    /// CPU seconds of the second plugin's compile.
+    cpu: f64,
+    reused: f64,
+    compiled: f64,
+    /// MiB in `data/incremental` after both compiles.
+    disk: f64,
+}
+
+fn incremental_section(language: &str, first: &Path, second: &Path) -> anyhow::Result<()> {
+    let name = |p: &Path| {
+        p.file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    println!(
+        "\n== {language}: {} dropped after {} (incremental compilation cache) ==",
+        name(second),
+        name(first)
+    );
+    for (setting, cap_mib) in [("on (256 MiB)", None), ("off (0 MiB)", Some(0))] {
+        let mut runs = Vec::new();
+        for _ in 0..RUNS {
+            runs.push(drop_second(first, second, cap_mib)?);
+        }
+        let column = |f: fn(&Drop2) -> f64| runs.iter().map(f).collect::<Vec<_>>();
+        println!("-- incremental cache {setting} --");
+        let row = |what: &str, values: Vec<f64>, unit: &str, d: usize| {
+            println!("{what:<44} {}", Summary::of(values).describe(unit, d));
+        };
+        row(
+            "first plugin: spawn → plugin.started",
+            column(|r| r.first),
+            "ms",
+            0,
+        );
+        row(
+            "second plugin: drop → plugin.started",
+            column(|r| r.second),
+            "ms",
+            0,
+        );
+        row(
+            "second plugin: compile CPU (user+sys)",
+            column(|r| r.cpu),
+            "s",
+            2,
+        );
+        row(
+            "second plugin: functions reused",
+            column(|r| r.reused),
+            "",
+            0,
+        );
+        row(
+            "second plugin: functions compiled",
+            column(|r| r.compiled),
+            "",
+            0,
+        );
+        row("data/incremental after both", column(|r| r.disk), "MiB", 1);
+    }
+    Ok(())
+}
+
+/// One node on a fresh data dir: `first` loaded at start, then `second` dropped in.
+fn drop_second(first: &Path, second: &Path, cap_mib: Option<u64>) -> anyhow::Result<Drop2> {
+    let dirs = Dirs::new()?;
+    dirs.install("first", first)?;
+    let config = dirs.root.path().join("tenure.toml");
+    std::fs::write(
+        &config,
+        match cap_mib {
+            Some(mib) => format!("[compile]\nincremental_cache_mib = {mib}\n"),
+            None => String::new(),
+        },
+    )?;
+    let mut node = NodeProcess::spawn_with(&dirs, Some(&config))?;
+    let (at, _) = node.wait(|e| is(e, "plugin.started") && e["resource"] == "first")?;
+    let first_ms = millis(at - node.spawned);
+    let cpu_before = node.children_cpu()?;
+    let dropped = dirs.drop_in("second", second)?;
+    let (_, loaded) = node.wait(|e| is(e, "plugin.loaded") && e["plugin"] == "second")?;
+    ensure!(
+        loaded["cache"] == "miss",
+        "the second plugin did not compile: {loaded}"
+    );
+    let (at, _) = node.wait(|e| is(e, "plugin.started") && e["resource"] == "second")?;
+    let cpu = node.children_cpu()? - cpu_before;
+    let field = |k: &str| loaded[k].as_f64().unwrap_or_default();
+    let disk = dir_bytes(&dirs.root.path().join("data/incremental")) as f64 / (1 << 20) as f64;
+    node.stop()?;
+    Ok(Drop2 {
+        first: first_ms,
+        second: millis(at - dropped),
+        cpu,
+        reused: field("reused_functions"),
+        compiled: field("compiled_functions"),
+        disk,
+    })
+}
+
+/// The bytes of the files in `dir` (0 if it does not exist).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn language_section(language: &str, wasm: &Path) -> anyhow::Result<()> {
@@ -412,6 +561,23 @@ impl Dirs {
         std::fs::copy(wasm, plugins.join(format!("{name}.wasm")))?;
         Ok(())
     }
+
+    /// Drops plugin `name` into the running node's folder: its wasm and manifest written
+    /// beside it and renamed in, the manifest last; when the last rename was done.
+    fn drop_in(&self, name: &str, wasm: &Path) -> anyhow::Result<Instant> {
+        let staged = self.root.path().join("staged");
+        std::fs::create_dir_all(&staged)?;
+        let plugins = self.root.path().join("plugins");
+        std::fs::copy(wasm, staged.join(format!("{name}.wasm")))?;
+        std::fs::write(
+            staged.join(format!("{name}.toml")),
+            format!("resource = \"{name}\"\ntickets = 1\nversion = \"1.0.0\"\n"),
+        )?;
+        for file in [format!("{name}.wasm"), format!("{name}.toml")] {
+            std::fs::rename(staged.join(&file), plugins.join(&file))?;
+        }
+        Ok(Instant::now())
+    }
 }
 
 /// A running `tenure run --log-format json`; killed if dropped while running.
@@ -423,8 +589,16 @@ struct NodeProcess {
 
 impl NodeProcess {
     fn spawn(dirs: &Dirs) -> anyhow::Result<Self> {
+        Self::spawn_with(dirs, None)
+    }
+
+    /// [`NodeProcess::spawn`] with `--config FILE`.
+    fn spawn_with(dirs: &Dirs, config: Option<&Path>) -> anyhow::Result<Self> {
         let root = dirs.root.path();
         let mut command = plugins::tenure_run(root, &root.join("data"), &root.join("plugins"));
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
         command
             .env("TENURE_LISTEN", "127.0.0.1:0")
             .stderr(Stdio::null());
@@ -456,6 +630,20 @@ impl NodeProcess {
                 }
             }
         }
+    }
+
+    /// CPU seconds (user + system) of the node's children it has reaped: its compiler
+    /// processes.
+    fn children_cpu(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // Fields after the command (which may hold spaces), from the state (field 3) on:
+        // cutime and cstime are fields 16 and 17.
+        let after = stat.rsplit_once(')').context("no ) in stat")?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 = fields[13].parse::<f64>()? + fields[14].parse::<f64>()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Ok(ticks / hz)
     }
 
     fn rss_mib(&self) -> anyhow::Result<f64> {

@@ -83,9 +83,16 @@ pub enum Command {
     /// --addr more than once (NAME@HOST:PORT) to fail over between nodes.
     Watch(WatchArgs),
     /// The node's compiler process (runtime/compiler.rs): reads the cache key and the
-    /// wasm from stdin and writes the cache entry OUT. Not for people.
+    /// wasm from stdin and writes the cache entry OUT, reusing the functions kept in the
+    /// incremental cache DIR (runtime/incremental.rs) if given. Not for people.
     #[command(name = "__compile", hide = true)]
-    Compile { out: PathBuf },
+    Compile {
+        out: PathBuf,
+        #[arg(long, value_name = "DIR", requires = "incremental_cap")]
+        incremental: Option<PathBuf>,
+        #[arg(long, value_name = "BYTES", requires = "incremental")]
+        incremental_cap: Option<u64>,
+    },
 }
 
 /// `tenure recover`'s arguments.

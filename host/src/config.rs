@@ -53,6 +53,9 @@ pub struct Config {
     /// `[voters] replace_after`: a voter the leader cannot reach this long is replaced
     /// by a caught-up learner, or the voters shrink.
     pub replace_voter_after: Duration,
+    /// The cap on the incremental compilation cache (`DATA_DIR/incremental/`), in bytes;
+    /// 0: no incremental cache.
+    pub incremental_cache: u64,
 }
 
 /// Another node: its name (which its certificate must carry) and address.
@@ -88,6 +91,7 @@ impl Default for Config {
             metrics: None,
             voters: None,
             replace_voter_after: DEFAULT_REPLACE_VOTER_AFTER,
+            incremental_cache: DEFAULT_INCREMENTAL_CACHE_MIB << 20,
         }
     }
 }
@@ -96,6 +100,11 @@ impl Default for Config {
 /// lease survives, short enough that a dead voter does not leave the cluster one failure
 /// from a stop for long (Consul's autopilot reaps dead servers on a similar scale).
 pub const DEFAULT_REPLACE_VOTER_AFTER: Duration = Duration::from_secs(180);
+/// The default cap on the incremental compilation cache, in MiB: the interpreters of
+/// Python and JavaScript plugins take about 30 and 40 MiB, each further version or plugin
+/// of a language a few MiB more (BENCHMARKS.md). A compile reads the whole cache into the
+/// compiler process's memory.
+pub const DEFAULT_INCREMENTAL_CACHE_MIB: u64 = 256;
 
 /// The default listen address of a node with peers (DESIGN.md §2).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
@@ -149,6 +158,7 @@ struct ConfigFile {
     lease: Option<LeaseFile>,
     metrics: Option<MetricsFile>,
     voters: Option<VotersFile>,
+    compile: Option<CompileFile>,
 }
 
 #[derive(Default, Deserialize)]
@@ -158,6 +168,13 @@ struct VotersFile {
     count: Option<usize>,
     /// e.g. "3m".
     replace_after: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompileFile {
+    /// The incremental compilation cache's cap in MiB; 0: off.
+    incremental_cache_mib: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -224,6 +241,14 @@ impl Config {
             }
             if let Some(voters) = parsed.voters {
                 voters_file(&mut config, voters)?;
+            }
+            if let Some(mib) = parsed.compile.and_then(|c| c.incremental_cache_mib) {
+                config.incremental_cache =
+                    mib.checked_mul(1 << 20)
+                        .ok_or_else(|| ConfigError::Invalid {
+                            key: "compile.incremental_cache_mib",
+                            message: format!("{mib} MiB is more bytes than a u64 holds"),
+                        })?;
             }
         }
         if let Some(name) = overrides.name {
@@ -493,6 +518,14 @@ mod tests {
         assert_eq!(config.ttl, Duration::from_millis(500));
         assert_eq!(config.metrics, None, "metrics are off unless configured");
 
+        assert_eq!(config.incremental_cache, 256 << 20, "the default cap");
+        std::fs::write(&path, "[compile]\nincremental_cache_mib = 0\n").unwrap();
+        let config = Config::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(
+            config.incremental_cache, 0,
+            "the incremental cache turned off"
+        );
+
         std::fs::write(&path, "[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
         let config = Config::load(Some(&path), Overrides::default()).unwrap();
         assert_eq!(config.metrics, Some("127.0.0.1:9464".parse().unwrap()));
@@ -517,6 +550,15 @@ mod tests {
             ("[lease]\nttl = \"soon\"", "lease.ttl"),
             ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
             ("[metrics]\nlisten = \"127.0.0.1:9464\"\nport = 1", "port"),
+            (
+                "[compile]\nincremental_cache_mib = -1",
+                "incremental_cache_mib",
+            ),
+            (
+                "[compile]\nincremental_cache_mib = 18000000000000",
+                "incremental_cache_mib",
+            ),
+            ("[compile]\ncache = 1", "cache"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(Some(&path), Overrides::default())

@@ -22,7 +22,16 @@ fn main() {
         Command::Recover(args) => tenure::cli::recover(args),
         Command::Snapshot(command) => tenure::cli::snapshot(command),
         Command::Watch(args) => tenure::cli::watch(args.resource, args.json, args.conn),
-        Command::Compile { out } => std::process::exit(tenure::runtime::compile_child(&out)),
+        Command::Compile {
+            out,
+            incremental,
+            incremental_cap,
+        } => {
+            let incremental = incremental
+                .zip(incremental_cap)
+                .map(|(dir, cap)| tenure::runtime::Incremental { dir, cap });
+            std::process::exit(tenure::runtime::compile_child(&out, incremental))
+        }
     };
     if let Err(err) = result {
         eprintln!("tenure: {}", tenure::cli::describe_error(&err));

@@ -50,7 +50,7 @@ use crate::events;
 use crate::ownership::LeaseTiming;
 use crate::raft::{Control, ControlOptions};
 use crate::rpc::Rpc;
-use crate::runtime::{CleanupReason, Runtime};
+use crate::runtime::{CleanupReason, Incremental, Runtime};
 use crate::supervisor::Deps;
 use crate::transport::{ResetKey, TlsFiles, TransportConfig};
 
@@ -150,9 +150,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let incarnation = next_incarnation(&config.data_dir)?;
     // Cache misses compile in a child process of this same binary (runtime/compiler.rs).
     // /proc/self/exe runs this process's own image even if the file was replaced since.
+    // Their functions are kept in the incremental cache (runtime/incremental.rs), so the
+    // next plugin of a language compiles only what it does not share with earlier ones.
+    let incremental = (config.incremental_cache > 0).then(|| Incremental {
+        dir: config.data_dir.join("incremental"),
+        cap: config.incremental_cache,
+    });
     let runtime = Arc::new(
         Runtime::new(Some(&config.data_dir.join("cache")))?
-            .compile_in_child(PathBuf::from("/proc/self/exe")),
+            .compile_in_child(PathBuf::from("/proc/self/exe"), incremental),
     );
     let timing = LeaseTiming { ttl: config.ttl };
 

@@ -348,6 +348,11 @@ impl Folder {
                     digest = %entry.digest,
                     cache = plugin.cache.as_str(),
                     load_us = plugin.load_time.as_micros() as u64,
+                    // Functions the compile took from the incremental cache, took from
+                    // an identical one it compiled itself, and compiled.
+                    reused_functions = plugin.reuse.hits,
+                    repeated_functions = plugin.reuse.repeats,
+                    compiled_functions = plugin.reuse.misses,
                     initial_memory = plugin.footprint.initial_memory,
                     memories = plugin.footprint.memories,
                     core_instances = plugin.footprint.core_instances,

@@ -34,6 +34,15 @@
 //! blocking-pool thread, which ends when idle). The child inherits those threads' lower
 //! priority (`crate::priority`): a compile yields the cores to the node's control plane.
 //!
+//! With an incremental cache (`--incremental DIR --incremental-cap BYTES`, from the
+//! node's `[compile] incremental_cache_mib`), the child reads the cache's packs into its
+//! memory (inside its limits) and compiles only the functions not found there
+//! (`incremental.rs`); it writes its new pack and evicts beyond the cap after the entry,
+//! then prints `incremental HITS MISSES BYTES REPEATS` on its stdout. Children side by side each
+//! write a pack of their own under a fresh name (a temporary file renamed), so they never
+//! write the same file. Trouble with the incremental cache never fails a compile: the
+//! child compiles without the unusable part and says so on stderr, which the node logs.
+//!
 //! Exit codes: 0, the entry is written; [`INVALID`], the wasm is not a valid component
 //! (stderr says why); anything else, or a signal, is a failed compile, reported with the
 //! child's stderr.
@@ -46,12 +55,14 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use wasmtime::Engine;
 
+use super::incremental::IncrementalCache;
 use super::{LoadError, cache, compile, engine_config};
 
 /// The hidden subcommand that runs a compile: `tenure __compile OUT`.
@@ -74,6 +85,8 @@ const STDERR_KEPT: usize = 4096;
 /// Runs compiles in child processes of `exe`, at most one per core at a time.
 pub(super) struct Compiler {
     exe: PathBuf,
+    /// The incremental cache the children use, if any.
+    incremental: Option<Incremental>,
     /// Compile slots for wasm up to [`SMALL_WASM`] bytes.
     small: Semaphore,
     /// Compile slots for larger wasm.
@@ -83,11 +96,36 @@ pub(super) struct Compiler {
 /// The largest wasm that compiles in the small lane (see the module doc).
 pub const SMALL_WASM: usize = 1 << 20;
 
+/// Where the compiler processes keep the incremental cache (`incremental.rs`), and its cap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incremental {
+    pub dir: PathBuf,
+    /// All packs together, in bytes.
+    pub cap: u64,
+}
+
+/// What a compile's incremental cache reported (all zero without one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// Functions taken from the cache (compiled by earlier compiles).
+    pub hits: u64,
+    /// Functions identical to one compiled earlier in the same compile, taken from it.
+    pub repeats: u64,
+    /// Functions compiled.
+    pub misses: u64,
+    /// Bytes the cache takes after the compile.
+    pub bytes: u64,
+}
+
+/// The line the child writes on its stdout after a compile with the incremental cache.
+const REUSE_LINE: &str = "incremental";
+
 impl Compiler {
-    pub(super) fn new(exe: PathBuf) -> Self {
+    pub(super) fn new(exe: PathBuf, incremental: Option<Incremental>) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
             exe,
+            incremental,
             small: Semaphore::new(cores),
             large: Semaphore::new(cores),
         }
@@ -95,13 +133,15 @@ impl Compiler {
 
     /// Compiles `wasm` in a child process, which writes the cache entry at `out`
     /// authenticated with `key`. Waits for a free slot of its lane first. Cancel-safe: dropped, it
-    /// kills the child and removes its temporary file.
+    /// kills the child and removes its temporary file. Returns what the incremental cache
+    /// gave, and what the child reported on stderr though it succeeded (packs of the
+    /// incremental cache it found unusable and deleted).
     pub(super) async fn compile(
         &self,
         key: &[u8; 32],
         wasm: &[u8],
         out: &Path,
-    ) -> Result<(), LoadError> {
+    ) -> Result<(Reuse, String), LoadError> {
         let lane = if wasm.len() <= SMALL_WASM {
             &self.small
         } else {
@@ -113,13 +153,20 @@ impl Compiler {
             out: out.to_path_buf(),
             pid: None,
         };
-        let mut child = tokio::process::Command::new(&self.exe)
-            .arg(CHILD_SUBCOMMAND)
-            .arg(out)
+        let mut command = tokio::process::Command::new(&self.exe);
+        command.arg(CHILD_SUBCOMMAND).arg(out);
+        if let Some(incremental) = &self.incremental {
+            command
+                .arg("--incremental")
+                .arg(&incremental.dir)
+                .arg("--incremental-cap")
+                .arg(incremental.cap.to_string());
+        }
+        let mut child = command
             .env_clear()
             .env(PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -132,6 +179,7 @@ impl Compiler {
         sweep.pid = child.id();
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut stderr = child.stderr.take().expect("piped stderr");
+        let mut stdout = child.stdout.take().expect("piped stdout");
         let feed = async move {
             // A child that exits early closes the pipe; its status says why.
             let _ = stdin.write_all(key).await;
@@ -146,22 +194,31 @@ impl Compiler {
             }
             String::from_utf8_lossy(&kept).trim().to_string()
         };
-        let run = async {
-            let ((), said, status) = tokio::join!(feed, said, child.wait());
-            (said, status)
+        let told = async {
+            let mut kept = Vec::new();
+            let _ = (&mut stdout)
+                .take(STDERR_KEPT as u64)
+                .read_to_end(&mut kept)
+                .await;
+            parse_reuse(&String::from_utf8_lossy(&kept))
         };
-        let (said, status) = tokio::time::timeout(COMPILE_TIMEOUT, run)
-            .await
-            .map_err(|_| {
-                LoadError::Compiler(format!(
-                    "the compile took longer than {}; killed",
-                    humantime::format_duration(COMPILE_TIMEOUT)
-                ))
-            })?;
+        let run = async {
+            let ((), said, reuse, status) = tokio::join!(feed, said, told, child.wait());
+            (said, reuse, status)
+        };
+        let (said, reuse, status) =
+            tokio::time::timeout(COMPILE_TIMEOUT, run)
+                .await
+                .map_err(|_| {
+                    LoadError::Compiler(format!(
+                        "the compile took longer than {}; killed",
+                        humantime::format_duration(COMPILE_TIMEOUT)
+                    ))
+                })?;
         let status = status
             .map_err(|e| LoadError::Compiler(format!("cannot wait for the compiler: {e}")))?;
         if status.success() {
-            return Ok(());
+            return Ok((reuse, said));
         }
         if status.code() == Some(INVALID) {
             return Err(LoadError::Invalid(said));
@@ -192,9 +249,10 @@ impl Drop for TempSweep {
     }
 }
 
-/// The child's side, `tenure __compile OUT`: reads the key and the wasm from stdin,
-/// compiles, writes the entry. Returns the process's exit code.
-pub fn child_main(out: &Path) -> i32 {
+/// The child's side, `tenure __compile OUT [--incremental DIR --incremental-cap BYTES]`:
+/// reads the key and the wasm from stdin, compiles (with the incremental cache in DIR, if
+/// given), writes the entry. Returns the process's exit code.
+pub fn child_main(out: &Path, incremental: Option<Incremental>) -> i32 {
     if let Err(why) = die_with_parent() {
         eprintln!("{why}");
         return 1;
@@ -214,7 +272,27 @@ pub fn child_main(out: &Path) -> i32 {
         eprintln!("stdin holds no cache key: this subcommand is run by the node only");
         return 1;
     };
-    let engine = match Engine::new(&engine_config(false)) {
+    let mut config = engine_config(false);
+    // Any failure of the incremental cache leaves the compile to compile everything.
+    let store = incremental.and_then(|incremental| {
+        match IncrementalCache::open(&incremental.dir, key, incremental.cap) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(e) => {
+                eprintln!(
+                    "cannot read the incremental cache {}: {e}; compiling without it",
+                    incremental.dir.display()
+                );
+                None
+            }
+        }
+    });
+    if let Some(store) = &store
+        && let Err(e) = config.enable_incremental_compilation(store.clone())
+    {
+        eprintln!("cannot enable the incremental cache: {e:#}");
+        return 1;
+    }
+    let engine = match Engine::new(&config) {
         Ok(engine) => engine,
         Err(e) => {
             eprintln!("cannot create the wasm engine: {e:#}");
@@ -232,12 +310,46 @@ pub fn child_main(out: &Path) -> i32 {
             return 1;
         }
     };
-    match cache::store(key, out, &component) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cannot write the cache entry {}: {e:#}", out.display());
-            1
+    if let Err(e) = cache::store(key, out, &component) {
+        eprintln!("cannot write the cache entry {}: {e:#}", out.display());
+        return 1;
+    }
+    if let Some(store) = store {
+        drop(engine);
+        match store.finish() {
+            Ok(outcome) => {
+                for (path, why) in &outcome.discarded {
+                    eprintln!(
+                        "discarded an unusable incremental cache pack {}: {why}",
+                        path.display()
+                    );
+                }
+                println!(
+                    "{REUSE_LINE} {} {} {} {}",
+                    outcome.hits, outcome.misses, outcome.bytes, outcome.repeats
+                );
+            }
+            // The entry is written: the plugin runs; only later compiles miss this one's
+            // functions.
+            Err(e) => eprintln!("cannot write the incremental cache: {e}"),
         }
+    }
+    0
+}
+
+/// The child's [`REUSE_LINE`], if it wrote one.
+fn parse_reuse(stdout: &str) -> Reuse {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(REUSE_LINE))
+        .unwrap_or_default();
+    let mut numbers = line.split_whitespace().map(|n| n.parse().unwrap_or(0));
+    let mut next = || numbers.next().unwrap_or(0);
+    Reuse {
+        hits: next(),
+        misses: next(),
+        bytes: next(),
+        repeats: next(),
     }
 }
 

@@ -42,6 +42,7 @@ mod footprint;
 mod guest_data;
 pub mod http;
 mod imports;
+mod incremental;
 mod instance;
 mod lease;
 pub mod output;
@@ -63,7 +64,8 @@ pub use bindings::Version;
 pub use bindings::v0_2::tenure::plugin::ownership::CleanupReason;
 pub use cache::CacheUse;
 pub use compiler::{
-    CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, child_main as compile_child,
+    CHILD_SUBCOMMAND, COMPILE_MEMORY, COMPILE_TIMEOUT, Incremental, Reuse,
+    child_main as compile_child,
 };
 pub use footprint::{Footprint, mib};
 pub use instance::{Failure, Instance};
@@ -333,6 +335,9 @@ pub struct Plugin {
     pub digest: String,
     /// Whether the compiled code came from the cache.
     pub cache: CacheUse,
+    /// What the incremental cache gave the compile (all zero if nothing was compiled in
+    /// a compiler process, or without the cache).
+    pub reuse: Reuse,
     /// How long compiling or loading took.
     pub load_time: Duration,
     /// What one instance needs at instantiation.
@@ -389,11 +394,12 @@ impl Runtime {
     }
 
     /// Compiles cache misses in child processes of `exe` (this same binary, which must
-    /// understand [`CHILD_SUBCOMMAND`]) instead of in this process. Needs a cache dir:
-    /// the child hands its result over as a cache entry.
-    pub fn compile_in_child(mut self, exe: PathBuf) -> Self {
+    /// understand [`CHILD_SUBCOMMAND`]) instead of in this process, reusing the functions
+    /// of earlier compiles kept in `incremental` (`incremental.rs`), if given. Needs a
+    /// cache dir: the child hands its result over as a cache entry.
+    pub fn compile_in_child(mut self, exe: PathBuf, incremental: Option<Incremental>) -> Self {
         if self.cache.is_some() {
-            self.compiler = Some(compiler::Compiler::new(exe));
+            self.compiler = Some(compiler::Compiler::new(exe, incremental));
         }
         self
     }
@@ -482,6 +488,7 @@ impl Runtime {
             let (this, digest) = (self.clone(), digest.clone());
             blocking(move || this.cached(&digest)).await?
         };
+        let mut reuse = Reuse::default();
         let (component, cache) = match found {
             Some(found) => found,
             None => {
@@ -496,7 +503,11 @@ impl Runtime {
                 match (&self.compiler, &self.cache) {
                     (Some(compiler), Some(cache)) => {
                         let out = cache.path_of(&digest);
-                        compiler.compile(cache.raw_key(), &wasm, &out).await?;
+                        let (got, said) = compiler.compile(cache.raw_key(), &wasm, &out).await?;
+                        if !said.is_empty() {
+                            tracing::warn!(event = crate::events::CACHE_ERROR, plugin, error = %said, "the compiler process reported trouble with the incremental cache; it compiled without the unusable parts");
+                        }
+                        reuse = got;
                         let (this, digest) = (self.clone(), digest.clone());
                         let component = blocking(move || {
                             this.cache
@@ -520,7 +531,10 @@ impl Runtime {
             }
         };
         let this = self.clone();
-        blocking(move || this.finish(&digest, &wasm, component, cache, started)).await?
+        let mut plugin =
+            blocking(move || this.finish(&digest, &wasm, component, cache, started)).await??;
+        plugin.reuse = reuse;
+        Ok(plugin)
     }
 
     /// The build a loaded plugin with the same wasm holds, if any: nothing to read,
@@ -592,6 +606,7 @@ impl Runtime {
             engine: self.engine.clone(),
             digest: format!("sha256:{digest}"),
             cache,
+            reuse: Reuse::default(),
             load_time: started.elapsed(),
         }
     }
