@@ -266,18 +266,13 @@ fn failover_section(
         let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
         // As for the peers: the kill falls at a random point of the owner's renewals.
         thread::sleep(peers::random_phase(ttl)?);
-        let was_leader = cluster.is_leader(owner)?;
-        let killed_at = cluster.kill(owner);
-        let killed_us = system_us(killed_at);
-        let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
-            (i != owner
-                && e.name == "plugin.started"
-                && e.resource() == Some(HB)
-                && e.token() > Some(token)
-                && e.at_us > killed_us)
-                .then(|| e.clone())
-        })?;
-        let latency = (started.at_us - killed_us) as f64 / 1000.0;
+        let Failover {
+            was_leader,
+            killed_us,
+            latency,
+            successor,
+            ..
+        } = kill_owner(&mut cluster, owner, token, ttl)?;
         // The leader's decision: the committed expiry of the killed node's session.
         let expired = cluster.find_event(|_, e| {
             (e.name == "session.expired"
@@ -301,7 +296,7 @@ fn failover_section(
             trial + 1,
             cluster.name(owner),
             if was_leader { "leader" } else { "follower" },
-            started.node,
+            successor,
             expired.map_or(String::new(), |ms| format!(
                 " (expiry committed at {ms:.1} ms)"
             )),
@@ -441,33 +436,20 @@ fn early_section(
             cluster.spawn(i)?;
         }
         let (owner, token) = cluster.wait_single_owner(HB, WAIT)?;
-        let was_leader = cluster.is_leader(owner)?;
-        let killed_us = system_us(cluster.kill(owner));
-        let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
-            (i != owner
-                && e.name == "plugin.started"
-                && e.resource() == Some(HB)
-                && e.token() > Some(token)
-                && e.at_us > killed_us)
-                .then(|| e.clone())
-        })?;
-        let latency = (started.at_us - killed_us) as f64 / 1000.0;
-        let inherited = cluster.find_event(|_, e| {
-            (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
-                format!(
-                    " (new leader's base from {}, {} ms before its lease.inherited)",
-                    e.str("from").unwrap_or("?"),
-                    e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
-                )
-            })
-        });
+        let Failover {
+            was_leader,
+            killed_us,
+            latency,
+            successor,
+            inherited,
+        } = kill_owner(&mut cluster, owner, token, ttl)?;
         println!(
             "  trial {:2}: killed {} ({}) {:.0} ms after the first spawn, {} started after {latency:.1} ms{}",
             trial + 1,
             cluster.name(owner),
             if was_leader { "leader" } else { "follower" },
             (killed_us - spawned_us) as f64 / 1000.0,
-            started.node,
+            successor,
             inherited.unwrap_or_default(),
         );
         all.push(latency);
@@ -492,6 +474,52 @@ fn early_section(
 
 /// A cluster of 3 whose owner of `hb` is killed right after another node restarted:
 /// kill → the successor's `plugin.started`, as in [`failover_section`].
+/// A timed failover: the owner was killed at `killed_us`, and `successor` started the
+/// plugin `latency` ms later.
+struct Failover {
+    was_leader: bool,
+    killed_us: i64,
+    latency: f64,
+    successor: String,
+    /// Where the new leader's session clocks started, as its `lease.inherited` says.
+    inherited: Option<String>,
+}
+
+/// Kills `owner` (holding `HB` with `token`) and waits for another node's start of it.
+fn kill_owner(
+    cluster: &mut Cluster,
+    owner: usize,
+    token: u64,
+    ttl: Duration,
+) -> anyhow::Result<Failover> {
+    let was_leader = cluster.is_leader(owner)?;
+    let killed_us = system_us(cluster.kill(owner));
+    let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
+        (i != owner
+            && e.name == "plugin.started"
+            && e.resource() == Some(HB)
+            && e.token() > Some(token)
+            && e.at_us > killed_us)
+            .then(|| e.clone())
+    })?;
+    let inherited = cluster.find_event(|_, e| {
+        (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
+            format!(
+                " (new leader's base from {}, {} ms before its lease.inherited)",
+                e.str("from").unwrap_or("?"),
+                e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
+            )
+        })
+    });
+    Ok(Failover {
+        was_leader,
+        killed_us,
+        latency: (started.at_us - killed_us) as f64 / 1000.0,
+        successor: started.node,
+        inherited,
+    })
+}
+
 fn restart_section(
     heartbeat: &Path,
     ttl: Duration,
@@ -524,26 +552,13 @@ fn restart_section(
         let up_us = cluster.wait_event(WAIT, |i, e| {
             (i == restarted && e.name == "node.started").then_some(e.at_us)
         })?;
-        let was_leader = cluster.is_leader(owner)?;
-        let killed_us = system_us(cluster.kill(owner));
-        let started = cluster.wait_event(ttl * 5 + WAIT, |i, e| {
-            (i != owner
-                && e.name == "plugin.started"
-                && e.resource() == Some(HB)
-                && e.token() > Some(token)
-                && e.at_us > killed_us)
-                .then(|| e.clone())
-        })?;
-        let latency = (started.at_us - killed_us) as f64 / 1000.0;
-        let inherited = cluster.find_event(|_, e| {
-            (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
-                format!(
-                    " (new leader's base from {}, {} ms before its lease.inherited)",
-                    e.str("from").unwrap_or("?"),
-                    e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
-                )
-            })
-        });
+        let Failover {
+            was_leader,
+            killed_us,
+            latency,
+            successor,
+            inherited,
+        } = kill_owner(&mut cluster, owner, token, ttl)?;
         println!(
             "  trial {:2}: restarted {} ({}), killed {} ({}) {:.0} ms after its node.started, {} started after {latency:.1} ms{}",
             trial + 1,
@@ -552,7 +567,7 @@ fn restart_section(
             cluster.name(owner),
             if was_leader { "leader" } else { "follower" },
             (killed_us - up_us) as f64 / 1000.0,
-            started.node,
+            successor,
             inherited.unwrap_or_default(),
         );
         all.push(latency);
