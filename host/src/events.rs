@@ -124,8 +124,9 @@ pub const CLUSTER_REACHED: &str = "cluster.reached";
 pub const CLUSTER_RECOVERY_HOLD: &str = "cluster.recovery_hold";
 /// This node joined an existing cluster (`via`, `voter`).
 pub const CLUSTER_JOINED: &str = "cluster.joined";
-/// The leader changed the Raft membership: a learner added, promoted, or a member's
-/// address updated (`peer`).
+/// The leader changed the Raft membership: a learner added or promoted, a member's
+/// address updated, a member removed (`peer`), or its voter upkeep took a step (`step`:
+/// a voter replaced, the voters shrunk, a learner promoted; `raft/autopilot.rs`).
 pub const CLUSTER_MEMBERSHIP: &str = "cluster.membership";
 /// A Raft peer became unreachable, or reachable again (`peer`, `addr`).
 pub const CLUSTER_PEER: &str = "cluster.peer";
