@@ -41,12 +41,7 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     c.kill(survivor);
     let before = c.merged();
     let last_count = *counts(&before).last().unwrap();
-    let max_token = before
-        .iter()
-        .filter(|e| is("plugin.started").matches(e))
-        .map(token)
-        .max()
-        .unwrap();
+    let max_token = highest_token(&before);
     eprintln!("before: count {last_count}, highest token {max_token}");
 
     eprintln!("phase: recover refuses without confirmation");

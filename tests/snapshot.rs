@@ -53,12 +53,7 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
         c.wipe(i);
     }
     let before = c.merged();
-    let max_token = before
-        .iter()
-        .filter(|e| is("plugin.started").matches(e))
-        .map(token)
-        .max()
-        .unwrap();
+    let max_token = highest_token(&before);
 
     eprintln!("phase: restore into n1's empty data dir");
     let config = c.node(0).dir().join("tenure.toml");

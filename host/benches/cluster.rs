@@ -457,23 +457,32 @@ fn early_section(
             led.push(latency);
         }
     }
+    report_failovers(
+        &format!("early failover, TTL {ttl_ms:.0} ms"),
+        ttl_ms,
+        all,
+        led,
+        table,
+    );
+    Ok(())
+}
+
+/// Prints and tables the failovers of a section against the target TTL + 150 ms, and
+/// apart those where the owner led.
+fn report_failovers(label: &str, ttl_ms: f64, all: Vec<f64>, led: Vec<f64>, table: &mut Table) {
     let load = load_average();
     let target = format!("worst ≤ {:.0} ms", ttl_ms + 150.0);
-    let label = format!("early failover, TTL {ttl_ms:.0} ms");
     let summary = Summary::of(all);
     println!("{label}: {} (target {target})", summary.describe("ms", 1));
-    table.row(&label, &summary, "ms", 1, &target, &load);
+    table.row(label, &summary, "ms", 1, &target, &load);
     if !led.is_empty() {
-        let label = format!("early failover, TTL {ttl_ms:.0} ms, the owner led");
+        let label = format!("{label}, the owner led");
         let summary = Summary::of(led);
         println!("{label}: {}", summary.describe("ms", 1));
         table.row(&label, &summary, "ms", 1, "", &load);
     }
-    Ok(())
 }
 
-/// A cluster of 3 whose owner of `hb` is killed right after another node restarted:
-/// kill → the successor's `plugin.started`, as in [`failover_section`].
 /// A timed failover: the owner was killed at `killed_us`, and `successor` started the
 /// plugin `latency` ms later.
 struct Failover {
@@ -520,6 +529,8 @@ fn kill_owner(
     })
 }
 
+/// A cluster of 3 whose owner of `hb` is killed right after another node restarted:
+/// kill → the successor's `plugin.started`, as in [`failover_section`].
 fn restart_section(
     heartbeat: &Path,
     ttl: Duration,
@@ -577,18 +588,13 @@ fn restart_section(
         cluster.spawn(owner)?;
         cluster.wait_session(owner, WAIT)?;
     }
-    let load = load_average();
-    let target = format!("worst ≤ {:.0} ms", ttl_ms + 150.0);
-    let label = format!("failover after a restart, TTL {ttl_ms:.0} ms");
-    let summary = Summary::of(all);
-    println!("{label}: {} (target {target})", summary.describe("ms", 1));
-    table.row(&label, &summary, "ms", 1, &target, &load);
-    if !led.is_empty() {
-        let label = format!("failover after a restart, TTL {ttl_ms:.0} ms, the owner led");
-        let summary = Summary::of(led);
-        println!("{label}: {}", summary.describe("ms", 1));
-        table.row(&label, &summary, "ms", 1, "", &load);
-    }
+    report_failovers(
+        &format!("failover after a restart, TTL {ttl_ms:.0} ms"),
+        ttl_ms,
+        all,
+        led,
+        table,
+    );
     cluster.check_no_failures()?;
     Ok(())
 }

@@ -1116,6 +1116,16 @@ pub fn token(event: &Value) -> u64 {
     u64_field(event, "token")
 }
 
+/// The highest token any plugin was started with in `events` (panics if none started).
+pub fn highest_token(events: &[Value]) -> u64 {
+    events
+        .iter()
+        .filter(|e| is("plugin.started").matches(e))
+        .map(token)
+        .max()
+        .expect("a plugin.started")
+}
+
 /// The index of the first event equal to `event`.
 pub fn index_of(events: &[Value], event: &Value) -> usize {
     events

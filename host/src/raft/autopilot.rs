@@ -86,8 +86,9 @@ pub(crate) enum Step {
     /// These voters step down.
     Shrink(Vec<String>),
     /// A joint membership that committed but whose second step never came (the leader
-    /// that began it lost leadership or stopped): the voters become its new half.
-    Finish,
+    /// that began it lost leadership or stopped): the voters become its new half (these
+    /// ids).
+    Finish(BTreeSet<NodeId>),
 }
 
 /// What the leader knows when it plans a step.
@@ -189,10 +190,8 @@ impl Shared {
             return false;
         };
         let (change, why) = match &step {
-            Step::Finish => (
-                Some(ChangeMembers::ReplaceAllVoters(
-                    voters.iter().map(|v| v.id).collect(),
-                )),
+            Step::Finish(ids) => (
+                Some(ChangeMembers::ReplaceAllVoters(ids.clone())),
                 "finished a membership change left half done".to_string(),
             ),
             Step::Promote(name) => (
@@ -223,7 +222,7 @@ impl Shared {
             Step::Promote(name) => vec![name.clone()],
             Step::Replace { out, with } => vec![out.clone(), with.clone()],
             Step::Shrink(out) => out.clone(),
-            Step::Finish => Vec::new(),
+            Step::Finish(_) => Vec::new(),
         };
         // The note goes in before the change commits, so `member list` never shows the
         // new voters without it; it is taken back if the change fails.
@@ -325,20 +324,8 @@ impl Shared {
             if at.is_none() || at > applied {
                 return None;
             }
-            let names: Vec<Seen> = joint
-                .last()?
-                .iter()
-                .filter_map(|id| {
-                    Some(Seen {
-                        id: *id,
-                        name: membership.get_node(id)?.name.clone(),
-                        down_for: None,
-                        up: true,
-                        matched: 0,
-                    })
-                })
-                .collect();
-            return Some((Step::Finish, names));
+            let ids = joint.last()?.clone();
+            return Some((Step::Finish(ids), Vec::new()));
         }
         let replication = metrics.replication.as_ref()?;
         let last = metrics.last_log_index.unwrap_or(0);
