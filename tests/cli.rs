@@ -194,6 +194,9 @@ fn scripts_cluster_keeps_the_others_running_when_a_node_is_killed_and_starts_it_
     assert!(again.ends_with(&format!(" start {owner}")), "{again}");
 
     eprintln!("phase: the others keep running and the slot moves");
+    // The banner's exports name n1; when n1 was the owner it is dead now, so the operator
+    // commands go to a node that runs on, as an operator would point them.
+    let vars = admin_of_a_survivor(&mut run, vars, &owner);
     let moved = wait_status(&run, &vars, dir.path(), "the slot on another node", |s| {
         counter_owner(s).is_some_and(|o| o != owner)
     });
@@ -218,6 +221,40 @@ fn scripts_cluster_keeps_the_others_running_when_a_node_is_killed_and_starts_it_
 
     eprintln!("phase: SIGINT stops every node, the restarted one too");
     run.interrupt_and_expect_all_stopped();
+}
+
+/// The banner's exports, or, when they name `dead`, the same ones pointed at another node
+/// (its address read from its banner line).
+fn admin_of_a_survivor(
+    run: &mut ScriptRun,
+    mut vars: Vec<(String, String)>,
+    dead: &str,
+) -> Vec<(String, String)> {
+    let named = |vars: &[(String, String)]| {
+        vars.iter()
+            .find(|(k, _)| k == "TENURE_ADMIN_NODE")
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    if named(&vars) != dead {
+        return vars;
+    }
+    let survivor = ["n1", "n2", "n3"].into_iter().find(|n| *n != dead).unwrap();
+    let line = run.wait_line(|l| l.starts_with(&format!("scripts/cluster:   {survivor} ")));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let udp = words
+        .iter()
+        .position(|w| *w == "udp")
+        .expect("udp ADDR in the banner");
+    for (key, value) in &mut vars {
+        match key.as_str() {
+            "TENURE_ADMIN_NODE" => *value = survivor.to_string(),
+            "TENURE_ADMIN_ADDR" => *value = words[udp + 1].to_string(),
+            _ => {}
+        }
+    }
+    assert_eq!(named(&vars), survivor);
+    vars
 }
 
 /// `scripts/cluster 3` on free ports, in `dir/cluster`, as a terminal would start it.
