@@ -122,3 +122,104 @@ fn a_node_waiting_for_its_peers_stops_cleanly_when_asked() {
         "a forming node asked to stop exited with {status}"
     );
 }
+
+/// The cluster's id from `tenure status --json`, once it has one.
+fn cluster_id(cluster: &Cluster, at: usize) -> Option<String> {
+    cluster.status_via(at)["cluster"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Two clusters trust one CA and use the same node names (staging and production on a
+/// company CA). One of B's nodes comes back on the address A's n2 had (a reused IP), so
+/// A's leader, replicating to "n2", reaches it. Its appends and votes are those of a
+/// member B knows by name; before cluster ids, B's node took them and the two clusters'
+/// logs mixed on it. Now it refuses them, naming both ids, and neither cluster's state
+/// takes anything of the other's (issue 24, item 1).
+#[test]
+fn a_node_of_another_cluster_on_a_reused_address_is_refused_and_nothing_mixes() {
+    let mut a = Cluster::builder(3).build();
+    a.install_plugin_everywhere(
+        "counter",
+        &manifest("counter", 1, "1.0.0"),
+        &plugins().counter_bytes(),
+    );
+    a.start();
+    let mut b = Cluster::builder(3).ca_of(a.ca_dir()).build();
+    b.start();
+    let id_a = a.wait("A has its id", WAIT, |c| cluster_id(c, 0));
+    let id_b = b.wait("B has its id", WAIT, |c| cluster_id(c, 0));
+    assert_ne!(id_a, id_b);
+    a.wait("A's counter counts", WAIT, |c| {
+        (counts(&c.merged()).len() >= 2).then_some(())
+    });
+
+    // A's n2 is gone; B's n2 comes back on its address.
+    let reused = a.member(1).addr.clone();
+    a.kill(1);
+    b.kill(1);
+    b.set_listen(1, &reused);
+    b.spawn(1);
+
+    // A's leader reaches B's n2 within a heartbeat or two, and B's n2 refuses it, naming
+    // both ids. Before ids, B's n2 took A's appends and its replica became A's:
+    // that is checked on every look, so the test fails as soon as the two mix.
+    let refused = |c: &Cluster, i: usize, theirs: &str, ours: &str| {
+        c.events_of(i).iter().any(|e| {
+            e["event"] == "security.rejected"
+                && e["reason"] == "other_cluster"
+                && e["error"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(theirs) && m.contains(ours))
+        })
+    };
+    let mut looks = 0;
+    b.wait(
+        "B's n2 refuses A's leader as another cluster's",
+        WAIT,
+        |c| {
+            looks += 1;
+            if looks % 40 == 0 {
+                let status = c.status_via(1);
+                assert!(
+                    status["resources"]
+                        .as_array()
+                        .is_none_or(|r| r.iter().all(|r| r["name"] != "counter")),
+                    "B's n2 holds A's state: {status}"
+                );
+            }
+            refused(c, 1, &id_a, &id_b).then_some(())
+        },
+    );
+
+    // Neither state took anything of the other's, and both clusters work on.
+    let status_b = b.status_via(1);
+    assert_eq!(status_b["cluster"], id_b.as_str());
+    assert!(
+        status_b["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["name"] != "counter"),
+        "B's n2 holds A's state: {status_b}"
+    );
+    b.wait("B's n2 is B's member again, with a session", WAIT, |c| {
+        let status = c.status_via(0);
+        status["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["name"] == "n2" && n["addr"] == reused.as_str())
+            .filter(|n| !n["session"].is_null())
+            .map(|_| ())
+    });
+    let before = *counts(&a.merged()).last().unwrap();
+    a.wait("A's counter counts on", WAIT, |c| {
+        counts(&c.merged())
+            .last()
+            .is_some_and(|&n| n > before)
+            .then_some(())
+    });
+    assert_eq!(a.status_via(0)["cluster"], id_a.as_str());
+    assert_increasing(&counts(&a.merged()));
+    assert_safe(&a.merged(), "counter", 1);
+}

@@ -21,6 +21,11 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     let survivor = c.index(&c.wait_leader());
     let name = c.name(survivor).to_string();
     let lost: Vec<usize> = (0..3).filter(|&i| i != survivor).collect();
+    let old_id = c.wait("the cluster's id", WAIT, |c| {
+        c.status_via(survivor)["cluster"]
+            .as_str()
+            .map(str::to_string)
+    });
 
     eprintln!("phase: {name} survives; the two others are lost for good");
     for &i in &lost {
@@ -69,12 +74,19 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     let said = stdout_of(&recovered);
     eprintln!("recover said:\n{said}");
     assert!(said.contains("only voter"), "{said}");
+    // A new cluster: its id is new, and the old one is named.
+    assert!(said.contains(&format!("it was cluster {old_id}")), "{said}");
+    let new_id = new_cluster(&said);
+    assert_ne!(new_id, old_id);
     let again = tenure(&["recover", "--config", config, "--lost-majority"], &dir);
     assert!(
         again.status.success(),
         "recover twice: {}",
         stderr_of(&again)
     );
+    let said = stdout_of(&again);
+    assert!(said.contains(&format!("it was cluster {new_id}")), "{said}");
+    let new_id = new_cluster(&said);
 
     eprintln!("phase: {name} starts alone, leads, and grants nothing for a full TTL");
     c.spawn(survivor);
@@ -109,6 +121,8 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
         (first - timestamp_us(&led)) / 1000
     );
 
+    assert_eq!(c.status_via(survivor)["cluster"], new_id.as_str());
+
     eprintln!("phase: tokens above every earlier one, the count goes on");
     assert!(
         token(&counter) > max_token,
@@ -142,4 +156,12 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     c.stop_all();
     assert_safe(&c.merged(), "counter", 1);
     assert_safe(&c.merged(), "pair", 2);
+}
+
+/// The new cluster id `tenure recover` printed.
+fn new_cluster(said: &str) -> String {
+    said.split_once("only voter of a new cluster, ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|id| id.to_string())
+        .unwrap_or_else(|| panic!("no new cluster id in: {said}"))
 }

@@ -24,6 +24,9 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
 
     eprintln!("phase: snapshot save through the leader");
     let leader = c.index(&c.wait_leader());
+    let old_id = c.wait("the cluster's id", WAIT, |c| {
+        c.status_via(leader)["cluster"].as_str().map(str::to_string)
+    });
     let file = c.node(leader).dir().parent().unwrap().join("backup.snap");
     let file_arg = file.to_str().unwrap().to_string();
     let saved = c.admin_as(leader, OPERATOR, &["snapshot", "save", &file_arg]);
@@ -33,7 +36,8 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
     let status = tenure(&["snapshot", "status", &file_arg], &dir);
     assert!(status.status.success(), "status: {}", stderr_of(&status));
     assert!(
-        stdout_of(&status).contains("(matches)"),
+        stdout_of(&status).contains("(matches)")
+            && stdout_of(&status).contains(&format!("cluster {old_id}\n")),
         "{}",
         stdout_of(&status)
     );
@@ -69,7 +73,8 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
     );
     eprintln!("restore said:\n{}", stdout_of(&restored));
     assert!(
-        stdout_of(&restored).contains("only voter"),
+        stdout_of(&restored).contains("only voter")
+            && stdout_of(&restored).contains(&format!("(a snapshot of cluster {old_id})")),
         "{}",
         stdout_of(&restored)
     );
@@ -123,6 +128,11 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
         token(&counter) > max_token,
         "new token {} is not above {max_token}",
         token(&counter)
+    );
+    let new_id = c.status_via(0)["cluster"].clone();
+    assert!(
+        new_id.is_string() && new_id != old_id.as_str(),
+        "the restored cluster's id is {new_id}, the old one {old_id}"
     );
     c.wait("the counter to resume", WAIT, |c| {
         counts(&c.node(0).events()).first().map(|&n| {

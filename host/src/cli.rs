@@ -343,7 +343,8 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
         format!("index {index} (term {term})")
     });
     println!(
-        "{name} is now the only voter of its cluster (voters before: {before}).\n\
+        "{name} is now the only voter of a new cluster, {id} (it was {was}; voters before: \
+         {before}); a node of the old cluster is refused should it come back.\n\
          last entry of its log: {last}; the log was replaced by a snapshot at index {index}: \
          every fencing token from now on is above {index}.\n\
          sessions ended: {sessions}.\n\
@@ -353,6 +354,8 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
          lost nodes may still be running until their leases run out.",
         name = config.name,
         before = list(&done.voters_before),
+        id = done.cluster,
+        was = cluster_before(done.cluster_before),
         index = done.index,
         sessions = list(&done.sessions),
         forgotten = list(&done.forgotten),
@@ -370,6 +373,13 @@ pub(crate) fn check_bump(bump: u64) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The old cluster's id, as `recover` and `restore` print it.
+pub(crate) fn cluster_before(id: Option<crate::cluster::ClusterId>) -> String {
+    id.map_or("a cluster without an id".into(), |id| {
+        format!("cluster {id}")
+    })
 }
 
 pub(crate) fn list(names: &[String]) -> String {

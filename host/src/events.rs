@@ -79,6 +79,9 @@ pub const METRICS_ERROR: &str = "metrics.error";
 
 /// This node saw a new Raft leader (`node`, `term`).
 pub const CLUSTER_LEADER: &str = "cluster.leader";
+/// The leader committed the cluster's id (`cluster`): a new cluster's first leader, or
+/// the first after an upgrade from a store without one (`cluster/identity.rs`).
+pub const CLUSTER_IDENTIFIED: &str = "cluster.identified";
 /// A restarted voter turned its elections on (`heard`: whether a leader reached it first,
 /// or the hold ran out).
 pub const CLUSTER_REJOINED: &str = "cluster.rejoined";

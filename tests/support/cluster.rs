@@ -57,9 +57,18 @@ pub struct ClusterBuilder {
     hosts: Option<Vec<String>>,
     wrappers: Option<Vec<Vec<OsString>>>,
     extra: String,
+    /// A CA to issue the certificates with instead of a new one.
+    ca: Option<PathBuf>,
 }
 
 impl ClusterBuilder {
+    /// Issues this cluster's certificates with the CA in `dir` (another cluster's
+    /// [`Cluster::ca_dir`]) instead of a CA of its own: two clusters that trust one CA.
+    pub fn ca_of(mut self, dir: PathBuf) -> Self {
+        self.ca = Some(dir);
+        self
+    }
+
     /// Appends `toml` to every node's config file (nodes added later too): tables such
     /// as `[voters]` that the harness does not write itself.
     pub fn config(mut self, toml: &str) -> Self {
@@ -107,7 +116,16 @@ impl ClusterBuilder {
         let certs = pki.path().join("certs");
         std::fs::create_dir_all(&certs).unwrap();
         let cwd = pki.path().to_path_buf();
-        certs_cmd(&cwd, &["certs", "init", "--out", path_str(&ca)]);
+        match &self.ca {
+            Some(theirs) => {
+                std::fs::create_dir_all(&ca).unwrap();
+                for file in std::fs::read_dir(theirs).unwrap() {
+                    let file = file.unwrap().path();
+                    std::fs::copy(&file, ca.join(file.file_name().unwrap())).unwrap();
+                }
+            }
+            None => certs_cmd(&cwd, &["certs", "init", "--out", path_str(&ca)]),
+        }
         certs_cmd(
             &cwd,
             &[
@@ -195,6 +213,7 @@ impl Cluster {
             hosts: None,
             wrappers: None,
             extra: String::new(),
+            ca: None,
         }
     }
 
@@ -511,6 +530,20 @@ impl Cluster {
             "no peers to switch in {config}"
         );
         std::fs::write(&file, config).unwrap();
+    }
+
+    /// Makes node `i` listen on (and advertise) `addr` from its next start, as a node
+    /// moved to another machine or given another address would. The node must not run.
+    pub fn set_listen(&mut self, i: usize, addr: &str) {
+        let member = &mut self.members[i];
+        assert!(!member.node.alive(), "{} runs: stop it first", member.name);
+        let file = member.node.dir().join("tenure.toml");
+        let config = std::fs::read_to_string(&file).unwrap();
+        let old = format!("listen = {}", serde_json::to_string(&member.addr).unwrap());
+        assert!(config.contains(&old), "no {old} in {config}");
+        let new = format!("listen = {}", serde_json::to_string(addr).unwrap());
+        std::fs::write(&file, config.replace(&old, &new)).unwrap();
+        member.addr = addr.to_string();
     }
 
     /// Freezes node `i` (SIGSTOP). It keeps its sockets but does nothing.

@@ -177,6 +177,7 @@ pub fn page(full: &Status, query: &StatusQuery) -> (Status, Option<String>) {
         },
         history,
         history_len: full.history_len,
+        cluster: full.cluster,
         node: full.node.clone(),
         at_ms: full.at_ms,
         leader: full.leader.clone(),

@@ -70,6 +70,9 @@ pub struct Status {
     pub leader: Option<String>,
     /// The Raft term.
     pub term: u64,
+    /// The cluster's id (`cluster/identity.rs`); `null` until its first leader commits
+    /// one.
+    pub cluster: Option<crate::cluster::ClusterId>,
     /// Every member and every Raft voter or learner, by name.
     pub nodes: Vec<NodeView>,
     /// Every resource that a live node has a plugin for or that has a granted slot, by
@@ -293,6 +296,7 @@ impl Status {
             at_ms: now_ms,
             leader: raft.leader,
             term: raft.term,
+            cluster: cluster.id,
         }
     }
 
@@ -319,7 +323,12 @@ impl Status {
                 self.term
             ),
         };
-        let _ = writeln!(out, "{leader}; answered by {node}");
+        // A cluster gets its id from its first leader: only a new one (or one just
+        // upgraded) has none.
+        let id = self
+            .cluster
+            .map_or(String::new(), |id| format!("cluster {id}: "));
+        let _ = writeln!(out, "{id}{leader}; answered by {node}");
         let slots = self.resources.iter().map(|r| r.slots.len()).sum::<usize>();
         let large = slots > DETAIL_SLOTS;
         if large {

@@ -192,6 +192,20 @@ fn render_is_aligned_tables() {
 }
 
 #[test]
+fn the_cluster_id_leads_the_text_and_is_hex_in_json() {
+    let mut s = status();
+    let id = crate::cluster::ClusterId::from_bytes([0xc1; 16]);
+    s.cluster = Some(id);
+    let text = s.render();
+    assert!(
+        text.starts_with(&format!("cluster {id}: leader a, term 2; answered by b\n")),
+        "{text}"
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["cluster"], "c1".repeat(16));
+}
+
+#[test]
 fn render_says_when_there_is_no_leader_and_nothing_to_show() {
     let s = Status::build(
         &crate::cluster::Cluster::default(),

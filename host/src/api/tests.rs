@@ -87,12 +87,24 @@ struct Setup {
 impl Setup {
     async fn start() -> Setup {
         let certs = Certs::new();
-        let n1 = Rpc::bind(config(), certs.node("n1"), 1, Arc::new(Echo))
-            .await
-            .unwrap();
-        let n2 = Rpc::bind(config(), certs.node("n2"), 1, Arc::new(Echo))
-            .await
-            .unwrap();
+        let n1 = Rpc::bind(
+            config(),
+            certs.node("n1"),
+            1,
+            Default::default(),
+            Arc::new(Echo),
+        )
+        .await
+        .unwrap();
+        let n2 = Rpc::bind(
+            config(),
+            certs.node("n2"),
+            1,
+            Default::default(),
+            Arc::new(Echo),
+        )
+        .await
+        .unwrap();
         let fake = Arc::new(Fake {
             cluster: three_nodes().cluster,
             seen: Mutex::default(),
@@ -421,9 +433,15 @@ async fn the_development_certificates_carry_admin_requests() {
     init_logs();
     let dir = tempfile::TempDir::new().unwrap();
     let dev = pki::ensure_dev_certs(&dir.path().join("certs"), "local").unwrap();
-    let node = Rpc::bind(config(), dev.node.clone(), 1, Arc::new(Echo))
-        .await
-        .unwrap();
+    let node = Rpc::bind(
+        config(),
+        dev.node.clone(),
+        1,
+        Default::default(),
+        Arc::new(Echo),
+    )
+    .await
+    .unwrap();
     let fake = Arc::new(Fake {
         cluster: three_nodes().cluster,
         seen: Mutex::default(),

@@ -74,7 +74,10 @@ pub fn snapshot(command: SnapshotCommand) -> anyhow::Result<()> {
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(header.taken_ms),
             );
             println!(
-                "index {}\nterm {}\nvoters {}\ntaken by {} at {taken}\nwritten by {} (store format {}, file format {})\nbytes {}\nchecksum {} ({})",
+                "cluster {}\nindex {}\nterm {}\nvoters {}\ntaken by {} at {taken}\nwritten by {} (store format {}, file format {})\nbytes {}\nchecksum {} ({})",
+                header
+                    .cluster
+                    .map_or("without an id".to_string(), |id| id.to_string()),
                 header.index,
                 header.term,
                 header.voters.join(", "),
@@ -99,13 +102,16 @@ pub fn snapshot(command: SnapshotCommand) -> anyhow::Result<()> {
             let config = Config::load(Some(&config), Overrides::default())?;
             let done = runtime.block_on(crate::node::restore(&config, &file, bump_token))?;
             println!(
-                "{name} holds a new cluster seeded from {file}, and is its only voter.\n\
+                "{name} holds a new cluster, {id}, seeded from {file} (a snapshot of {was}), \
+                 and is its only voter.\n\
                  the snapshot's voters: {before}; every fencing token from now on is above \
                  {index}.\nsessions ended: {sessions}.\nmembers forgotten: {forgotten} (other \
                  nodes join as new members: an empty data dir and `join = [\"{name}@ADDR\"]`).\n\
                  once it runs and leads, it grants nothing for a full lease TTL.",
                 name = config.name,
                 file = file.display(),
+                id = done.cluster,
+                was = super::cluster_before(done.cluster_before),
                 before = super::list(&done.voters_before),
                 index = done.index,
                 sessions = super::list(&done.sessions),

@@ -302,6 +302,16 @@ impl Cluster {
                 });
                 Response::Done
             }
+            Command::Identify { cluster } => match self.id {
+                None => {
+                    self.id = Some(cluster);
+                    Response::Done
+                }
+                Some(id) if id == cluster => Response::Done,
+                Some(id) => Response::Refused(format!(
+                    "the cluster's id is {id} already; it never changes"
+                )),
+            },
             Command::Remove { node, .. } => {
                 let Some(member) = self.members.get(&node) else {
                     return unknown(&node);
@@ -426,6 +436,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::cluster::ClusterId;
 
     const V1: semver::Version = semver::Version::new(1, 0, 0);
 
@@ -862,5 +873,42 @@ mod tests {
         let cluster = run();
         let bytes = postcard::to_allocvec(&cluster).unwrap();
         assert_eq!(postcard::from_bytes::<Cluster>(&bytes).unwrap(), cluster);
+    }
+
+    #[test]
+    fn a_cluster_is_identified_once_and_its_id_never_changes() {
+        let mut log = Log::new();
+        let (first, other) = (
+            ClusterId::from_bytes([1; 16]),
+            ClusterId::from_bytes([2; 16]),
+        );
+        assert_eq!(log.cluster.id, None);
+        assert_eq!(
+            log.apply(Command::Identify { cluster: first }),
+            Response::Done
+        );
+        assert_eq!(
+            log.apply(Command::Identify { cluster: first }),
+            Response::Done
+        );
+        let again = log.apply(Command::Identify { cluster: other });
+        assert!(
+            matches!(&again, Response::Refused(why) if why.contains(&first.to_string())),
+            "{again:?}"
+        );
+        assert_eq!(log.cluster.id, Some(first));
+        let forwarded = log.cluster.apply_proposal(
+            99,
+            1,
+            Proposal::OneFrom {
+                by: "a".into(),
+                command: Command::Identify { cluster: other },
+            },
+        );
+        assert!(
+            matches!(forwarded, Outcome::One(Response::Forbidden(_))),
+            "{forwarded:?}"
+        );
+        assert_eq!(log.cluster.id, Some(first));
     }
 }

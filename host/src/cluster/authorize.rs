@@ -26,6 +26,7 @@
 //! | `BeginHandover` with reason `shutdown` | the slot's grant under `token` is the member's | as above |
 //! | `BeginHandover` for any other reason | never: placement (leader) or an operator | forbidden |
 //! | `SetDraining`, `Revoke`, `Remove` | never: operators only | forbidden |
+//! | `Identify` | never: the leader chooses the cluster id | forbidden |
 //!
 //! The leader's own proposals ([`Proposal::One`]/[`Proposal::Batch`]) are not checked:
 //! they come from its own code (its placement, its expiry decisions, its node's own
@@ -111,6 +112,9 @@ pub fn authorize(cluster: &Cluster, by: &str, command: &Command) -> Result<(), S
         )),
         Command::Revoke { .. } => Err(format!("{by} may not revoke a key: operators only")),
         Command::Remove { node, .. } => Err(format!("{by} may not remove {node}: operators only")),
+        Command::Identify { .. } => Err(format!(
+            "{by} may not set the cluster's id: its first leader does"
+        )),
     }
 }
 

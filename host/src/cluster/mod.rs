@@ -19,14 +19,16 @@
 //! only: it may speak for itself, never for another node (`authorize.rs`, the table).
 //!
 //! Files: `state.rs` (the types), `apply.rs` (the state transitions), `authorize.rs`
-//! (what a member may propose), `pool.rs` (counts over a node's instance pool: plugin
+//! (what a member may propose), `identity.rs` (the cluster id), `pool.rs` (counts over a node's instance pool: plugin
 //! footprints and node capacity).
 
 mod apply;
 mod authorize;
+mod identity;
 mod pool;
 mod state;
 
 pub use authorize::authorize;
+pub use identity::{ClusterCell, ClusterId};
 pub use pool::{Dimension, Pool, thousands};
 pub use state::*;

@@ -32,6 +32,11 @@ pub struct Cluster {
     pub preferred: BTreeMap<String, BTreeMap<u32, String>>,
     /// The last [`HISTORY_LEN`] ownership changes, oldest first.
     pub history: VecDeque<HistoryEntry>,
+    /// The cluster's id, committed by its first leader ([`Command::Identify`]); `None`
+    /// until then. The last field, so that a format-2 snapshot image is this one without
+    /// it (`raft/format.rs` migrates by appending `None`).
+    #[serde(default)]
+    pub id: Option<super::ClusterId>,
 }
 
 /// What an operator revoked, besides the key.
@@ -326,6 +331,10 @@ pub enum Command {
     /// refused while it has one. The leader also takes it out of the Raft membership. A
     /// node that comes back joins again.
     Remove { node: String, at_ms: u64 },
+    /// Gives the cluster its id: proposed by a leader that finds none (the first leader
+    /// of a new cluster, or of one upgraded from a store without ids). Applied only while
+    /// the cluster has none: an id never changes (`identity.rs`).
+    Identify { cluster: super::ClusterId },
 }
 
 /// The answer to a command, once applied.

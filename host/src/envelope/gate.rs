@@ -2,7 +2,7 @@
 //!
 //! A node has one [`Gate`], shared by its connections (`Arc<Gate>`). [`Gate::open`] runs the
 //! checks in the order the module essay gives and explains: structure, signature, sender,
-//! recipient, skew, replay. All but the last are pure functions of the envelope and the
+//! recipient, cluster, skew, replay. All but the last are pure functions of the envelope and the
 //! arguments; the replay state is the only thing shared, behind a mutex held for a map
 //! lookup and a few bit operations, never across a signature check.
 //!
@@ -14,6 +14,7 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use crate::cluster::ClusterCell;
 use crate::pki::Verifier;
 
 use super::replay::ReplayTable;
@@ -23,6 +24,8 @@ use super::{DEFAULT_MAX_SENDERS, DOMAIN, Rejection};
 /// Checks incoming envelopes for one receiving node and remembers what it accepted.
 pub struct Gate {
     me: String,
+    /// This node's cluster, once known: envelopes of another are refused.
+    cluster: ClusterCell,
     skew: Duration,
     skew_ms: u64,
     replay: Mutex<ReplayTable>,
@@ -40,10 +43,18 @@ impl Gate {
     pub fn with_max_senders(me: String, skew: Duration, max_senders: usize) -> Gate {
         Gate {
             me,
+            cluster: ClusterCell::default(),
             skew,
             skew_ms: u64::try_from(skew.as_millis()).unwrap_or(u64::MAX),
             replay: Mutex::new(ReplayTable::new(max_senders)),
         }
+    }
+
+    /// The same gate, refusing envelopes of a cluster other than the one `cluster`
+    /// holds once it holds one.
+    pub fn in_cluster(mut self, cluster: ClusterCell) -> Gate {
+        self.cluster = cluster;
+        self
     }
 
     /// Checks `wire`, received over a TLS connection from `tls_peer` (the name in the
@@ -78,6 +89,13 @@ impl Gate {
                 recipient: envelope.recipient,
                 me: self.me.clone(),
             });
+        }
+        // Either side may not know its cluster yet (a new store, an operator): only two
+        // known ids can disagree.
+        if let (Some(theirs), Some(&ours)) = (envelope.cluster, self.cluster.get())
+            && theirs != ours
+        {
+            return Err(Rejection::OtherCluster { theirs, ours });
         }
         self.check_skew(envelope.sent_at_ms, wire::unix_ms(now))?;
         self.lock().admit(

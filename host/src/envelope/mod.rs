@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! wire   = postcard(Sealed { body: bytes, signature: bytes })
-//! body   = postcard(Envelope { sender, recipient, incarnation, seq, sent_at_ms, kind, payload })
+//! body   = postcard(Envelope { sender, recipient, cluster, incarnation, seq, sent_at_ms, kind, payload })
 //! signed = DOMAIN ("tenure/1 envelope\0") ‖ body
 //! ```
 //!
@@ -46,7 +46,9 @@
 //! 3. **Sender mismatch**: the envelope's sender is not the TLS peer. The signature only
 //!    proves that the peer's key signed it; this proves the peer is not speaking for
 //!    someone else.
-//! 4. **Wrong recipient**: meant for another node.
+//! 4. **Wrong recipient**: meant for another node. **Other cluster**: the sender's cluster
+//!    id is not this node's (both known; `cluster/identity.rs`): a node of another cluster
+//!    that trusts the same CA and uses the same names reached this one.
 //! 5. **Skew**: `sent_at_ms` is more than the skew bound (default 30 s) before or after the
 //!    receiver's clock.
 //! 6. **Stale incarnation** or **replay** (below). Last, so that only an envelope that

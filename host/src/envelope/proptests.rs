@@ -57,6 +57,7 @@ impl Fields {
         EnvelopeRef {
             sender,
             recipient,
+            cluster: None,
             incarnation: self.incarnation,
             seq: self.seq,
             sent_at_ms: self.sent_at_ms(),
@@ -104,6 +105,7 @@ proptest! {
             prop_assert_eq!(opened, Envelope {
                 sender: "n1".into(),
                 recipient: recipient.clone(),
+                cluster: None,
                 incarnation: f.incarnation,
                 seq: f.seq,
                 sent_at_ms: f.sent_at_ms(),

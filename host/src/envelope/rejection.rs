@@ -27,11 +27,13 @@ pub enum Reason {
     StaleIncarnation,
     /// `replay`: a sequence number already accepted, or too old to tell.
     Replay,
+    /// `other_cluster`: from a node of another cluster (`cluster/identity.rs`).
+    OtherCluster,
 }
 
 impl Reason {
     /// Every reason, in a fixed order (that of the rejection counters).
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Malformed,
         Reason::BadSignature,
         Reason::SenderMismatch,
@@ -39,10 +41,11 @@ impl Reason {
         Reason::Skew,
         Reason::StaleIncarnation,
         Reason::Replay,
+        Reason::OtherCluster,
     ];
 
     /// The code: `malformed`, `bad_signature`, `sender_mismatch`, `wrong_recipient`, `skew`,
-    /// `stale_incarnation` or `replay`.
+    /// `stale_incarnation`, `replay` or `other_cluster`.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Malformed => "malformed",
@@ -52,6 +55,7 @@ impl Reason {
             Reason::Skew => "skew",
             Reason::StaleIncarnation => "stale_incarnation",
             Reason::Replay => "replay",
+            Reason::OtherCluster => "other_cluster",
         }
     }
 
@@ -150,6 +154,20 @@ pub enum Rejection {
         /// Which of the replay rules refused it.
         why: &'static str,
     },
+
+    /// From a node of another cluster: both nodes trust one CA and use the same names,
+    /// and one reached the other's address.
+    #[error(
+        "the sender is a node of cluster {theirs}, and this node is of cluster {ours}: two \
+         clusters share a CA and node names, and one reached the other (a reused address, a \
+         wrong `peers` or `join`); fix the address, or give each cluster its own CA"
+    )]
+    OtherCluster {
+        /// The sender's cluster.
+        theirs: crate::cluster::ClusterId,
+        /// This node's.
+        ours: crate::cluster::ClusterId,
+    },
 }
 
 impl Rejection {
@@ -168,6 +186,7 @@ impl Rejection {
             Rejection::TooOld { .. } | Rejection::FromTheFuture { .. } => Reason::Skew,
             Rejection::StaleIncarnation { .. } => Reason::StaleIncarnation,
             Rejection::Replay { .. } => Reason::Replay,
+            Rejection::OtherCluster { .. } => Reason::OtherCluster,
         }
     }
 
@@ -213,7 +232,8 @@ mod tests {
                 "wrong_recipient",
                 "skew",
                 "stale_incarnation",
-                "replay"
+                "replay",
+                "other_cluster"
             ]
         );
         for (i, reason) in Reason::ALL.iter().enumerate() {

@@ -19,6 +19,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
+use crate::cluster::ClusterCell;
 use crate::pki::Signer;
 
 use super::wire::{self, EnvelopeRef};
@@ -29,6 +30,8 @@ use super::{DEFAULT_MAX_SENDERS, DOMAIN};
 pub struct Sealer {
     me: String,
     incarnation: u64,
+    /// This node's cluster, stamped on every envelope once known.
+    cluster: ClusterCell,
     state: Mutex<SealerState>,
 }
 
@@ -59,11 +62,18 @@ impl Sealer {
         Sealer {
             me,
             incarnation,
+            cluster: ClusterCell::default(),
             state: Mutex::new(SealerState {
                 next_seq: HashMap::new(),
                 floor: 1,
             }),
         }
+    }
+
+    /// The same sealer, stamping the cluster id `cluster` holds once it holds one.
+    pub fn in_cluster(mut self, cluster: ClusterCell) -> Sealer {
+        self.cluster = cluster;
+        self
     }
 
     /// Numbers, encodes and signs (with `signer`, the key of the certificate the receiving
@@ -90,6 +100,7 @@ impl Sealer {
         let envelope = EnvelopeRef {
             sender: &self.me,
             recipient,
+            cluster: self.cluster.get().copied(),
             incarnation: self.incarnation,
             seq,
             sent_at_ms: wire::unix_ms(now),

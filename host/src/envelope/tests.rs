@@ -94,6 +94,7 @@ pub(super) fn craft(
         &EnvelopeRef {
             sender,
             recipient,
+            cluster: None,
             incarnation,
             seq,
             sent_at_ms,
@@ -131,6 +132,7 @@ fn sealed_envelopes_open_with_both_algorithms() {
                 Envelope {
                     sender: "n1".into(),
                     recipient: "n2".into(),
+                    cluster: None,
                     incarnation: 42,
                     seq: i as u64 + 1,
                     sent_at_ms: NOW_MS + i as u64,
@@ -578,4 +580,40 @@ fn rejections_feed_the_reject_log() {
     }
     assert_eq!(log.count(Reason::Malformed), 1);
     assert_eq!(log.count(Reason::BadSignature), 1);
+}
+
+/// A node of another cluster (same CA, same names) is refused, both ids named; a sender or
+/// receiver that does not know its cluster yet is not (issue 24: cluster identity).
+#[test]
+fn an_envelope_of_another_cluster_is_refused_naming_both_ids() {
+    use crate::cluster::{ClusterCell, ClusterId};
+    let k = keys(Algo::Ed25519);
+    let (ours, theirs) = (
+        ClusterId::from_bytes([1; 16]),
+        ClusterId::from_bytes([2; 16]),
+    );
+    let known = |id: ClusterId| -> ClusterCell { Arc::new(id.into()) };
+    // Each its own run of n1 (a later incarnation), so none is refused as a replay.
+    let sealer = |cell: ClusterCell, run: u64| Sealer::new("n1".into(), run).in_cluster(cell);
+    let gate_of = |cell: ClusterCell| gate("n2").in_cluster(cell);
+
+    let g = gate_of(known(ours));
+    let wire = sealer(known(theirs), 1).seal(&k.n1.signer, "n2", 3, b"vote", at(NOW_MS));
+    let refused = open_from_n1(&g, k, &wire).unwrap_err();
+    assert_eq!(refused.kind(), Reason::OtherCluster);
+    let said = refused.to_string();
+    assert!(
+        said.contains(&theirs.to_string()) && said.contains(&ours.to_string()),
+        "{said}"
+    );
+
+    let same = sealer(known(ours), 2).seal(&k.n1.signer, "n2", 3, b"vote", at(NOW_MS));
+    assert_eq!(open_from_n1(&g, k, &same).unwrap().cluster, Some(ours));
+    let unknown = sealer(ClusterCell::default(), 3).seal(&k.n1.signer, "n2", 3, b"v", at(NOW_MS));
+    assert_eq!(open_from_n1(&g, k, &unknown).unwrap().cluster, None);
+    let fresh = gate_of(ClusterCell::default());
+    assert!(
+        open_from_n1(&fresh, k, &wire).is_ok(),
+        "a new store takes any"
+    );
 }

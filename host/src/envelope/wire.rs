@@ -24,6 +24,9 @@ pub struct Envelope {
     pub sender: String,
     /// The name of the node the message is for.
     pub recipient: String,
+    /// The sender's cluster (`cluster/identity.rs`); `None` from a node that does not
+    /// know it yet (a new store) and from operators.
+    pub cluster: Option<crate::cluster::ClusterId>,
     /// The sender's run: greater after every restart of the sender (see [`super::Sealer::new`]).
     pub incarnation: u64,
     /// The message's number within the incarnation, counted from 1 per recipient.
@@ -49,6 +52,7 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 pub(super) struct EnvelopeRef<'a> {
     pub sender: &'a str,
     pub recipient: &'a str,
+    pub cluster: Option<crate::cluster::ClusterId>,
     pub incarnation: u64,
     pub seq: u64,
     pub sent_at_ms: u64,
@@ -184,6 +188,7 @@ mod tests {
         Envelope {
             sender: "n1".into(),
             recipient: "n2".into(),
+            cluster: Some(crate::cluster::ClusterId::from_bytes([7; 16])),
             incarnation: 1_700_000_000_000,
             seq: 300,
             sent_at_ms: 1_700_000_000_123,
@@ -198,6 +203,7 @@ mod tests {
         let by_ref = EnvelopeRef {
             sender: &env.sender,
             recipient: &env.recipient,
+            cluster: env.cluster,
             incarnation: env.incarnation,
             seq: env.seq,
             sent_at_ms: env.sent_at_ms,

@@ -5,6 +5,7 @@
 //! every run. Ed25519 signatures are deterministic, so even a sealed envelope is.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::Sample;
@@ -12,7 +13,9 @@ use crate::api::{
     AdminRequest, AdminResponse, Batch, RaftView, Status, StatusPage, StatusQuery, WatchAnswer,
     listing,
 };
-use crate::cluster::{Advert, Cluster, Command, Handover, Outcome, Pool, Proposal, Response};
+use crate::cluster::{
+    Advert, Cluster, ClusterId, Command, Handover, Outcome, Pool, Proposal, Response,
+};
 use crate::envelope::{Envelope, Sealer};
 use crate::node::{Ask, Heard, LEADER_HEARD, RENEW, Renew, Renewed};
 use crate::pki::{Algo, Signer};
@@ -172,8 +175,17 @@ pub(crate) fn commands() -> Vec<Command> {
             expired_in: None,
             at_ms: T0 + 19,
         },
+        // 20
+        Command::Identify {
+            cluster: CLUSTER_ID,
+        },
     ]
 }
+
+/// The cluster id of the samples.
+const CLUSTER_ID: ClusterId = ClusterId::from_bytes([
+    0x5a, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0,
+]);
 
 /// The cluster after [`commands`] (each applied alone at its index, in term 3), and the
 /// answers, checked so that the samples stay states `apply` reaches.
@@ -246,7 +258,8 @@ fn signer() -> Signer {
 
 /// The node-to-node samples outside Raft: the sealed envelope and the node's own kinds.
 pub(super) fn wire() -> Vec<Sample> {
-    let sealer = Sealer::new("n1".into(), 1_767_225_600_123);
+    let sealer =
+        Sealer::new("n1".into(), 1_767_225_600_123).in_cluster(Arc::new(CLUSTER_ID.into()));
     let sent = UNIX_EPOCH + Duration::from_millis(T0 + 5);
     let payload = postcard::to_allocvec(&Renew { session: 3 }).unwrap();
     let sealed = sealer.seal(&signer(), "n2", RENEW, &payload, sent);
@@ -261,6 +274,7 @@ pub(super) fn wire() -> Vec<Sample> {
             &Envelope {
                 sender: "n1".into(),
                 recipient: "n2".into(),
+                cluster: Some(CLUSTER_ID),
                 incarnation: 7,
                 seq: 42,
                 sent_at_ms: T0,
@@ -451,6 +465,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::SetDraining { .. } => "set-draining",
         Command::Revoke { .. } => "revoke",
         Command::Remove { .. } => "remove",
+        Command::Identify { .. } => "identify",
     }
 }
 
@@ -503,7 +518,7 @@ fn every_kind_has_a_sample() {
     let commands: BTreeSet<_> = commands().iter().map(command_kind).collect();
     assert_eq!(
         commands.len(),
-        14,
+        15,
         "command kinds with a sample: {commands:?}"
     );
     let responses: BTreeSet<_> = responses().iter().map(response_kind).collect();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::shared::{Shared, now_ms};
-use crate::cluster::{Command, Response};
+use crate::cluster::{ClusterId, Command, Response};
 use crate::events;
 use crate::placement;
 
@@ -191,6 +191,10 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
             planned_at = None;
             continue;
         }
+        if shared.read(|c| c.id.is_none()) {
+            identify(&shared).await;
+            continue;
+        }
         if !liveness.inherited(term)
             && handoff
                 .as_ref()
@@ -292,6 +296,31 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
                 tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot carry out the placement plan");
                 break;
             }
+        }
+    }
+}
+
+/// Gives a cluster without an id one (`cluster/identity.rs`): a new cluster's first
+/// leader, or the first leader after an upgrade from a store without ids.
+async fn identify(shared: &Shared) {
+    let cluster = ClusterId::random();
+    match shared
+        .propose_batch(vec![Command::Identify { cluster }])
+        .await
+    {
+        Ok(answers) if answers.first() == Some(&Response::Done) => {
+            let id = shared.read(|c| c.id).unwrap_or(cluster);
+            tracing::info!(event = events::CLUSTER_IDENTIFIED, cluster = %id, "the cluster's id is {id}");
+        }
+        Ok(answers) => {
+            tracing::warn!(
+                event = events::CONTROL_ERROR,
+                ?answers,
+                "the cluster's id was not set"
+            )
+        }
+        Err(error) => {
+            tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot set the cluster's id; retrying")
         }
     }
 }

@@ -181,7 +181,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         revoked: revoked.clone(),
         ..TransportConfig::default()
     };
-    let rpc = Arc::new(Rpc::bind(transport, files, incarnation, service).await?);
+    let rpc =
+        Arc::new(Rpc::bind(transport, files, incarnation, control.cluster_id(), service).await?);
     let bound = rpc.local_addr()?;
     let advertise = config
         .advertise

@@ -54,6 +54,10 @@ pub struct Header {
     /// The image's length and `sha256:<hex>`.
     pub bytes: u64,
     pub sha256: String,
+    /// The id of the cluster it was taken from (`cluster/identity.rs`); `None` for a
+    /// cluster without one yet, and in files written before ids.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterId>,
 }
 
 /// A snapshot as taken: its header and its image's bytes.
@@ -120,6 +124,7 @@ impl Control {
                 writer: super::format::writer(),
                 bytes: stored.data.len() as u64,
                 sha256: sha256(&stored.data),
+                cluster: self.shared.cluster_id.get().copied(),
             },
             image: stored.data,
         })
@@ -188,6 +193,7 @@ pub(super) fn read_file(path: &Path) -> Result<(Header, Image), String> {
             header.sha256
         ));
     }
+    let image = super::format::image_from(header.store_format, image);
     let image: Image =
         db::decode(&image).map_err(|e| format!("{}: unreadable image: {e}", path.display()))?;
     Ok((header, image))

@@ -45,7 +45,7 @@ use redb::{
 use super::db::FILE;
 
 /// The store format this build writes.
-pub const STORE_FORMAT: u32 = 2;
+pub const STORE_FORMAT: u32 = 3;
 
 /// Every store format this build reads, oldest first, with what it is.
 pub const FORMATS: &[(u32, &str)] = &[
@@ -56,6 +56,10 @@ pub const FORMATS: &[(u32, &str)] = &[
     (
         2,
         "format 1 and a format record (the encodings of format 1 are unchanged)",
+    ),
+    (
+        3,
+        "format 2, the cluster id as the snapshot image's last field, and the log entry that sets it (`Identify`)",
     ),
 ];
 
@@ -201,14 +205,61 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
 }
 
 /// Carries out `plan` in the store's first write transaction: migrates the encodings from
-/// an older format (none has changed yet: format 1 to 2 only adds the record) and writes
-/// the record. The caller commits; a crash before that leaves the store as it was.
-pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), redb::Error> {
-    let mut table = tx.open_table(TABLE)?;
-    if !matches!(plan, Plan::Current) {
-        table.insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())?;
+/// an older format and writes the record. The caller commits; a crash before that leaves
+/// the store as it was.
+///
+/// The migrations, each from the format before:
+/// - 1 → 2: none (the record is added);
+/// - 2 → 3: the stored snapshot's image gains the cluster id, `None` (see [`image_from`]).
+///   Log entries need nothing: `Identify` is a new command kind, after every older one.
+pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
+    if let Plan::Migrate { from, .. } = plan {
+        migrate_snapshot(*from, tx)
+            .map_err(|e| format!("cannot migrate the stored snapshot from format {from}: {e}"))?;
     }
-    table.insert(WRITER, writer().as_bytes())?;
+    let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+    if !matches!(plan, Plan::Current) {
+        table
+            .insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())
+            .map_err(|e| e.to_string())?;
+    }
+    table
+        .insert(WRITER, writer().as_bytes())
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A snapshot image (`state_machine::Image`) encoded in store format `from`, in this
+/// build's format. Format 3 added the cluster id as the image's last field (the last
+/// field of its last field, `Cluster`); postcard encodes a `None` as one zero byte, and
+/// positional decoding reads the fields before it exactly as format 2 wrote them, so an
+/// older image is the new one without that byte.
+pub(crate) fn image_from(from: u32, mut image: Vec<u8>) -> Vec<u8> {
+    if from < 3 {
+        image.push(0);
+    }
+    image
+}
+
+fn migrate_snapshot(from: u32, tx: &WriteTransaction) -> Result<(), String> {
+    use redb::ReadableTable;
+
+    use super::db::{CURRENT, SNAPSHOT};
+    use super::state_machine::Stored;
+    let mut table = tx.open_table(SNAPSHOT).map_err(|e| e.to_string())?;
+    let Some(bytes) = table
+        .get(CURRENT)
+        .map_err(|e| e.to_string())?
+        .map(|v| v.value().to_vec())
+    else {
+        return Ok(());
+    };
+    let mut stored: Stored = postcard::from_bytes(&bytes).map_err(|e| e.to_string())?;
+    stored.data = image_from(from, stored.data);
+    let bytes = postcard::to_allocvec(&stored).map_err(|e| e.to_string())?;
+    table
+        .insert(CURRENT, bytes.as_slice())
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

@@ -101,6 +101,10 @@ async fn the_stores_of_262d90b_are_migrated_once_and_keep_every_value() {
             ["n1", "n2", "n3"],
             "{node}"
         );
+        assert_eq!(
+            cluster.id, None,
+            "{node}: no id until the first leader after the upgrade"
+        );
         let revoked = status["revoked"][0]["key"].as_str().unwrap();
         assert!(
             cluster.revoked.contains_key(revoked),

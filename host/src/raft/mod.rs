@@ -326,6 +326,8 @@ pub(crate) struct Shared {
     endpoint: Endpoint,
     metrics: watch::Receiver<Metrics>,
     cluster: Arc<RwLock<Cluster>>,
+    /// The cluster's id once the replica has one (`cluster/identity.rs`).
+    cluster_id: crate::cluster::ClusterCell,
     applied: watch::Receiver<u64>,
     /// Counts AppendEntries received: a leader has reached this node (`rejoin.rs`).
     appends: watch::Sender<u64>,
@@ -376,6 +378,7 @@ impl Control {
             }
         })?;
         let cluster = sm.cluster();
+        let cluster_id = sm.cluster_id();
         let applied = sm.applied_index();
         let mut log_store = LogStore::new(db.clone(), options.max_payload / 2);
         let committed = openraft::storage::RaftLogStorage::read_committed(&mut log_store)
@@ -435,6 +438,7 @@ impl Control {
             options,
             endpoint,
             cluster,
+            cluster_id,
             applied,
             appends: watch::Sender::new(0),
             heard: heard::Heard::new(),
@@ -651,6 +655,12 @@ impl Control {
     }
 
     /// The applied cluster state. Hold the lock briefly: applying waits for it.
+    /// The cluster's id, set once the replica has one: the envelope layer stamps and
+    /// checks it (`cluster/identity.rs`).
+    pub fn cluster_id(&self) -> crate::cluster::ClusterCell {
+        self.shared.cluster_id.clone()
+    }
+
     pub fn state(&self) -> Arc<RwLock<Cluster>> {
         self.shared.cluster.clone()
     }

@@ -11,6 +11,8 @@
 //!   snapshot is placed `bump` indexes further on (default [`DEFAULT_BUMP`]): every token
 //!   granted after the recovery is above every token the old cluster can have granted,
 //!   and a downstream that keeps the highest token accepts the new owners.
+//! - **A new cluster id.** The recovered node is a new cluster (`cluster/identity.rs`):
+//!   a lost node that comes back after all is refused, not merged.
 //! - **Every session ends, and every other member is forgotten.** The lost nodes come
 //!   back as new members (`join`), as a node that lost its disk does.
 //! - **Nothing is granted for a full TTL after the recovered node leads.** The lost
@@ -34,7 +36,7 @@ use super::db::{self, COMMITTED, CURRENT, LOG, META, PURGED, SNAPSHOT, VOTE};
 use super::error::ControlError;
 use super::state_machine::{Image, Stored};
 use super::types::{Entry, LogId, Peer, SnapshotMeta, StoredMembership, Vote, node_id};
-use crate::cluster::{Cluster, Command, Proposal};
+use crate::cluster::{Cluster, ClusterId, Command, Proposal};
 
 /// How far on the recovered store's first index is placed by default: far above what a
 /// cluster commits while a survivor is cut off from it (a busy cluster commits about a
@@ -64,6 +66,10 @@ pub struct Recovered {
     pub forgotten: Vec<String>,
     /// The voters before.
     pub voters_before: Vec<String>,
+    /// The cluster's id before (`None` for a store of a build without ids), and the new
+    /// cluster's.
+    pub cluster_before: Option<ClusterId>,
+    pub cluster: ClusterId,
 }
 
 /// Rewrites the store in `data_dir` so that `me` is the only voter; see the module doc.
@@ -162,6 +168,10 @@ fn rewrite(
         .map_or(0, |l| l.index)
         .saturating_add(bump.max(MIN_BUMP));
     let (sessions, forgotten) = forget(&mut cluster, &me.name, index, term, now_ms);
+    // A new cluster: the lost nodes of the old one are refused should they come back
+    // (`cluster/identity.rs`).
+    let old_id = cluster.id.replace(ClusterId::random());
+    let new_id = cluster.id;
 
     // A wildcard listen address is no address to dial: keep the one the cluster knew.
     let unspecified = me
@@ -201,6 +211,8 @@ fn rewrite(
         sessions,
         forgotten,
         voters_before,
+        cluster_before: old_id,
+        cluster: new_id.expect("set above"),
     })
 }
 

@@ -40,7 +40,7 @@ use super::snapshot_data::SnapshotData;
 use super::types::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
-use crate::cluster::{Cluster, Outcome, Response};
+use crate::cluster::{Cluster, ClusterCell, Outcome, Response};
 
 /// The applied state, shared with the readers of [`super::Control`].
 pub struct StateMachine {
@@ -51,6 +51,8 @@ pub struct StateMachine {
     membership: StoredMembership,
     /// The largest snapshot received from a leader (`ControlOptions::max_snapshot`).
     max_snapshot: usize,
+    /// The cluster's id once the replica has one, for the envelope layer.
+    cluster_id: ClusterCell,
 }
 
 /// A snapshot's content: everything needed to resume applying after it.
@@ -93,6 +95,10 @@ impl StateMachine {
             None => (None, StoredMembership::default(), Cluster::default()),
         };
         let (applied_index, _) = watch::channel(applied.as_ref().map_or(0, |id| id.index));
+        let cluster_id = ClusterCell::default();
+        if let Some(id) = cluster.id {
+            let _ = cluster_id.set(id);
+        }
         Ok(StateMachine {
             db,
             cluster: Arc::new(RwLock::new(cluster)),
@@ -100,7 +106,13 @@ impl StateMachine {
             applied,
             membership,
             max_snapshot,
+            cluster_id,
         })
+    }
+
+    /// The cluster's id, set once the replica has one (`cluster/identity.rs`).
+    pub(crate) fn cluster_id(&self) -> ClusterCell {
+        self.cluster_id.clone()
     }
 
     /// The applied cluster state.
@@ -114,6 +126,16 @@ impl StateMachine {
     }
 
     fn publish(&self) {
+        if self.cluster_id.get().is_none()
+            && let Some(id) = self
+                .cluster
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .id
+        {
+            // Set once: an id never changes (`Command::Identify`).
+            let _ = self.cluster_id.set(id);
+        }
         let index = self.applied.as_ref().map_or(0, |id| id.index);
         self.applied_index.send_replace(index);
     }

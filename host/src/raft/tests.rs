@@ -65,9 +65,15 @@ impl Group {
     pub(super) async fn start(&mut self, name: &str, options: ControlOptions) {
         let (control, service) = Control::open(options, Arc::new(NoFallback)).await.unwrap();
         let incarnation = INCARNATION.fetch_add(1, Ordering::Relaxed);
-        let rpc = Rpc::bind(config(), self.certs.node(name), incarnation, service)
-            .await
-            .unwrap();
+        let rpc = Rpc::bind(
+            config(),
+            self.certs.node(name),
+            incarnation,
+            control.cluster_id(),
+            service,
+        )
+        .await
+        .unwrap();
         let rpc = Arc::new(rpc);
         let addr = rpc.local_addr().unwrap().to_string();
         control.attach(rpc.clone(), addr.clone()).unwrap();

@@ -15,6 +15,7 @@ use super::operator::OperatorService;
 use super::server::{Core, Inbound, Operators};
 use super::service::Service;
 use super::verifiers::Verifiers;
+use crate::cluster::ClusterCell;
 use crate::envelope::{DEFAULT_SKEW, Gate, REPLAY_WINDOW, Reason, RejectLog, Sealer};
 use crate::pki::{self, Kind};
 use crate::transport::{
@@ -38,11 +39,13 @@ pub struct Rpc {
 impl Rpc {
     /// Binds a transport for `files` (which must hold a node certificate) that answers
     /// signed calls with `service`. `incarnation` must grow from run to run of this node
-    /// (see [`Sealer::new`]).
+    /// (see [`Sealer::new`]). Its envelopes carry, and those of another cluster are
+    /// refused by, the cluster id `cluster` holds once it holds one.
     pub async fn bind(
         config: TransportConfig,
         files: TlsFiles,
         incarnation: u64,
+        cluster: ClusterCell,
         service: Arc<dyn Service>,
     ) -> Result<Rpc, RpcError> {
         let identity = pki::load_identity(&files.cert, &files.key)
@@ -53,8 +56,8 @@ impl Rpc {
         }
         let me = identity.name;
         let core = Arc::new(Core {
-            sealer: Sealer::new(me.clone(), incarnation),
-            gate: Gate::new(me.clone(), DEFAULT_SKEW),
+            sealer: Sealer::new(me.clone(), incarnation).in_cluster(cluster.clone()),
+            gate: Gate::new(me.clone(), DEFAULT_SKEW).in_cluster(cluster),
             rejects: RejectLog::default(),
             counts: Default::default(),
             verifiers: Verifiers::default(),

@@ -71,9 +71,15 @@ impl Node {
         incarnation: u64,
     ) -> Node {
         let echo = Arc::new(Echo::default());
-        let rpc = Rpc::bind(config, files.clone(), incarnation, echo.clone())
-            .await
-            .unwrap();
+        let rpc = Rpc::bind(
+            config,
+            files.clone(),
+            incarnation,
+            Default::default(),
+            echo.clone(),
+        )
+        .await
+        .unwrap();
         let addr = rpc.local_addr().unwrap();
         Node {
             name: name.to_owned(),
@@ -314,7 +320,15 @@ async fn operators_cannot_send_envelopes_yet() {
     let certs = Certs::new();
     let n2 = Node::start("n2", certs.node("n2"), 1).await;
     let alice = certs.files(Subject::Operator("alice".into()));
-    match Rpc::bind(config(), alice.clone(), 1, Arc::new(Echo::default())).await {
+    match Rpc::bind(
+        config(),
+        alice.clone(),
+        1,
+        Default::default(),
+        Arc::new(Echo::default()),
+    )
+    .await
+    {
         Err(e @ RpcError::NotANode { .. }) => assert!(!e.is_retryable()),
         other => panic!("expected NotANode, got {:?}", other.err()),
     }
