@@ -2,7 +2,8 @@
 //! its one command and the real toolchain, `tenure plugin check` passes on what it built,
 //! and a node runs it: it starts, ticks under its grant's token, stops cooperatively on
 //! SIGINT with one `cleanup reason=shutdown`, and after a restart goes on from the count
-//! it saved.
+//! it saved. Then the project's own `tenure plugin test` passes (handovers and a crash on
+//! a local cluster), and a script step that does not hold fails it, saying why.
 //!
 //! The builds reuse what the other tests build with, so CI installs each language's tools
 //! once: the Rust project builds into this test's own target dir (its dependencies are
@@ -24,6 +25,8 @@ use support::*;
 /// Python or JavaScript component: minutes when tests build in parallel on two cores.
 const BUILD_WAIT: Duration = Duration::from_secs(600);
 const COMPILE_WAIT: Duration = Duration::from_secs(180);
+/// The bound of a whole `tenure plugin test`: two nodes compile the plugin at its start.
+const PLUGIN_TEST_WAIT: Duration = Duration::from_secs(400);
 
 /// The Tenure checkout the test binary was built from, as `tenure plugin new` finds it.
 fn checkout() -> PathBuf {
@@ -193,11 +196,101 @@ fn made_project_builds_checks_and_runs(name: &str, lang: &str, program: &str, ar
     let second = wait_ticking(&node, name, 2);
     assert!(second > first, "tokens increase: {first} then {second}");
     stop(&mut node, name, second);
+    drop(node);
+
+    plugin_test_passes(&project);
+}
+
+/// The project's own `tenure plugin test` (its test.toml: start, handovers, a crash, a
+/// restart, and the checks of cleanups, state and tokens) passes, saying so per step.
+fn plugin_test_passes(project: &Path) {
+    let started = Instant::now();
+    let output = tenure_within(&["plugin", "test"], project, PLUGIN_TEST_WAIT);
+    let out = stdout_of(&output);
+    assert!(
+        output.status.success(),
+        "tenure plugin test failed:\n{out}{}",
+        stderr_of(&output)
+    );
+    for line in [
+        "[1/13] start: ok: ",
+        "[3/13] handover: ok: moved from ",
+        "[7/13] crash-owner: ok: killed ",
+        "[13/13] expect-tokens-increase: ok: 4 starts, tokens ",
+        "passed: 13 steps in ",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    eprintln!(
+        "[authoring] tenure plugin test in {} passed in {:?}",
+        project.display(),
+        started.elapsed()
+    );
 }
 
 #[test]
 fn a_new_rust_project_builds_checks_and_runs() {
     made_project_builds_checks_and_runs("my-rust-task", "rust", "./build.sh", &[]);
+}
+
+/// A step that does not hold fails the run: the step, what it expected, what it found,
+/// both plugin nodes' last lines, exit 1. Here the task is moved, and the script wrongly
+/// expects its cleanup to say `released`.
+#[test]
+fn a_plugin_test_step_that_does_not_hold_fails_with_what_was_expected() {
+    let (_dir, project) = new_project("wrong-expectation", "rust");
+    build(&project, "./build.sh", &[]);
+    std::fs::write(
+        project.join("wrong.toml"),
+        "plugin = \"wrong-expectation.wasm\"\n\
+         [[step]]\ndo = \"start\"\n\
+         [[step]]\ndo = \"handover\"\n\
+         [[step]]\ndo = \"expect-cleanup\"\nreason = \"released\"\n\
+         [[step]]\ndo = \"expect-tokens-increase\"\n",
+    )
+    .unwrap();
+    let output = tenure_within(
+        &["plugin", "test", "wrong.toml"],
+        &project,
+        PLUGIN_TEST_WAIT,
+    );
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    for line in [
+        "[2/4] handover: ok: moved from ",
+        "[3/4] expect-cleanup reason=released count=1: FAILED\n",
+        "  expected: 1 cleanup(s) of the start on ",
+        ", reason released, outcome ok\n",
+        "  found:    1 cleanup(s): reason moved, outcome ok\n",
+        "last lines of n1:\n",
+        "last lines of n2:\n",
+        "plugin.cleanup resource=wrong-expectation slot=0 token=",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("[4/4]"),
+        "no step runs after a failure:\n{out}"
+    );
+    assert!(
+        err.contains("tenure: step 3 (expect-cleanup) failed"),
+        "{err}"
+    );
+
+    // A script that does not parse is refused before any node starts.
+    std::fs::write(
+        project.join("typo.toml"),
+        "plugin = \"wrong-expectation.wasm\"\n[[step]]\ndo = \"strat\"\n",
+    )
+    .unwrap();
+    let output = tenure(&["plugin", "test", "typo.toml"], &project);
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    assert!(out.is_empty(), "nothing ran: {out}");
+    assert!(
+        err.contains("typo.toml") && err.contains("unknown variant `strat`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -16,6 +16,9 @@ fn main() {
         Command::Plugin(PluginCommand::New { path, lang, sdk }) => {
             tenure::cli::plugin_new(&path, lang, sdk.as_deref())
         }
+        Command::Plugin(PluginCommand::Test { script, keep }) => {
+            tenure::cli::plugin_test(&script, keep)
+        }
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),
