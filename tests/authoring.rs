@@ -293,6 +293,101 @@ fn a_plugin_test_step_that_does_not_hold_fails_with_what_was_expected() {
     );
 }
 
+/// `--watch` builds and runs the script at once, and again when a source changes: here
+/// the start loop's log line changes, and the rebuilt plugin fails the script that waits
+/// for the old line; then it waits for the next change.
+#[test]
+fn plugin_test_watch_builds_and_runs_again_on_a_change() {
+    let (_dir, project) = new_project("watched-task", "rust");
+    std::fs::write(
+        project.join("quick.toml"),
+        "plugin = \"watched-task.wasm\"\nbuild = \"./build.sh\"\n\
+         [[step]]\ndo = \"start\"\n\
+         [[step]]\ndo = \"wait-log\"\nline = \"tick 1 token={token}\"\nwithin = \"10s\"\n",
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command
+        .args(["plugin", "test", "--watch", "quick.toml"])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut watcher = Watched::spawn(command);
+    watcher.wait_for("[2/2] wait-log \"tick 1 token={token}\": ok: ", BUILD_WAIT);
+    watcher.wait_for("passed: 2 steps", WAIT);
+    watcher.wait_for("watching ", WAIT);
+
+    let lib = project.join("src/lib.rs");
+    let code = std::fs::read_to_string(&lib).unwrap();
+    assert!(code.contains("\"tick {count} token={}\""), "{code}");
+    std::fs::write(&lib, code.replace("\"tick {count}", "\"step {count}")).unwrap();
+    watcher.wait_for("changed: building and testing again", WAIT);
+    watcher.wait_for("[1/2] start: ok: ", BUILD_WAIT);
+    watcher.wait_for("[2/2] wait-log \"tick 1 token={token}\": FAILED", WAIT);
+    watcher.wait_for("step 2 (wait-log) failed", WAIT);
+    watcher.wait_for("watching ", WAIT);
+}
+
+/// A `tenure plugin test --watch` process, its stdout read line by line; killed on drop.
+struct Watched {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Watched {
+    fn spawn(mut command: Command) -> Watched {
+        let mut child = command
+            .spawn()
+            .expect("spawning tenure plugin test --watch");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watched {
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits for a line containing `needle` after the lines already waited past.
+    fn wait_for(&mut self, needle: &str, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(needle) {
+                        return;
+                    }
+                }
+                Err(e) => panic!("no line with {needle:?} ({e}); the output:\n{}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn a_new_python_project_builds_checks_and_runs() {
     made_project_builds_checks_and_runs("my-python-task", "python", "./build.sh", &[]);

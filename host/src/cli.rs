@@ -257,6 +257,10 @@ pub enum PluginCommand {
         /// Keep the cluster's temporary dir (configs, data, certificates) afterwards.
         #[arg(long)]
         keep: bool,
+        /// Run the script's `build` command and the script, then again whenever a source
+        /// file of the project changes, until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
 }
 

@@ -12,8 +12,9 @@
 //! fails prints what it expected, what it found and the last lines of both plugin
 //! nodes, and the command exits non-zero.
 //!
-//! Not done here: lease loss without a crash (a paused node), a recording HTTP server,
-//! grant changes. The nodes are killed at the end (or when this process dies); the
+//! `--watch` (`watch.rs`) builds and runs the script again on every change of the
+//! project's sources. Not done here: lease loss without a crash (a paused node), a
+//! recording HTTP server, grant changes. The nodes are killed at the end (or when this process dies); the
 //! dir is removed unless `--keep`.
 
 mod cluster;
@@ -21,6 +22,7 @@ mod node;
 mod pattern;
 mod run;
 mod script;
+mod watch;
 
 use std::path::Path;
 use std::time::Instant;
@@ -34,8 +36,17 @@ use run::Runner;
 /// The script `tenure plugin test` reads when given none.
 pub const DEFAULT_SCRIPT: &str = "test.toml";
 
-/// `tenure plugin test`: runs `script`; `keep` keeps the cluster's dir.
-pub fn plugin_test(script: &Path, keep: bool) -> anyhow::Result<()> {
+/// `tenure plugin test`: runs `script`; `keep` keeps the cluster's dir; `watch` builds
+/// and runs it again on every change of the project's sources.
+pub fn plugin_test(script: &Path, keep: bool, watch: bool) -> anyhow::Result<()> {
+    if watch {
+        return watch::watch(script, || run(script, keep));
+    }
+    run(script, keep)
+}
+
+/// One run of the script.
+fn run(script: &Path, keep: bool) -> anyhow::Result<()> {
     let began = Instant::now();
     let script = script::load(script)?;
     let plugin = read_plugin(&script.wasm)?;

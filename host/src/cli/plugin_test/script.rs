@@ -39,8 +39,12 @@ pub const REASONS: [&str; 7] = [
 /// A checked script.
 #[derive(Debug)]
 pub struct Script {
+    /// The script's dir.
+    pub dir: PathBuf,
     /// The plugin's wasm, resolved against the script's dir.
     pub wasm: PathBuf,
+    /// The command that builds the plugin, run by `--watch` in the script's dir.
+    pub build: Option<String>,
     /// The nodes' lease TTL.
     pub ttl: Duration,
     pub steps: Vec<Step>,
@@ -112,6 +116,8 @@ impl Step {
 struct File {
     plugin: PathBuf,
     #[serde(default)]
+    build: Option<String>,
+    #[serde(default)]
     ttl: Option<String>,
     #[serde(default)]
     step: Vec<RawStep>,
@@ -160,7 +166,11 @@ const WAIT_WITHIN: Duration = Duration::from_secs(30);
 pub fn load(path: &Path) -> anyhow::Result<Script> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the test script {}", path.display()))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // `test.toml`'s parent is "", which is no dir to run a build in.
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
     parse(&text, dir).with_context(|| format!("the test script {}", path.display()))
 }
 
@@ -187,7 +197,9 @@ pub fn parse(text: &str, dir: &Path) -> anyhow::Result<Script> {
         steps.push(step);
     }
     Ok(Script {
+        dir: dir.to_path_buf(),
         wasm: dir.join(file.plugin),
+        build: file.build,
         ttl,
         steps,
     })
@@ -257,6 +269,7 @@ mod tests {
 
     const SCRIPT: &str = r#"
 plugin = "t.wasm"
+build = "./build.sh"
 ttl = "3s"
 
 [[step]]
@@ -298,6 +311,7 @@ first = "count={n}"
         let script = parse(SCRIPT, Path::new("/p")).unwrap();
         assert_eq!(script.wasm, Path::new("/p/t.wasm"));
         assert_eq!(script.ttl, Duration::from_secs(3));
+        assert_eq!(script.build.as_deref(), Some("./build.sh"));
         let names: Vec<&str> = script.steps.iter().map(Step::name).collect();
         assert_eq!(
             names,
