@@ -86,6 +86,9 @@ fn run(script: &Path, keep: bool) -> anyhow::Result<()> {
             }
         }
     }
+    if failed.is_none() {
+        println!("passed: {total} steps in {}", took(began));
+    }
     if keep {
         let dir = runner.cluster.keep();
         println!(
@@ -95,10 +98,7 @@ fn run(script: &Path, keep: bool) -> anyhow::Result<()> {
     }
     match failed {
         Some(message) => bail!("{message}"),
-        None => {
-            println!("passed: {total} steps in {}", took(began));
-            Ok(())
-        }
+        None => Ok(()),
     }
 }
 
