@@ -2,7 +2,8 @@
 //! its one command and the real toolchain, `tenure plugin check` passes on what it built,
 //! and a node runs it: it starts, ticks under its grant's token, stops cooperatively on
 //! SIGINT with one `cleanup reason=shutdown`, and after a restart goes on from the count
-//! it saved.
+//! it saved. Then the project's own `tenure plugin test` passes (handovers and a crash on
+//! a local cluster), and a script step that does not hold fails it, saying why.
 //!
 //! The builds reuse what the other tests build with, so CI installs each language's tools
 //! once: the Rust project builds into this test's own target dir (its dependencies are
@@ -24,6 +25,8 @@ use support::*;
 /// Python or JavaScript component: minutes when tests build in parallel on two cores.
 const BUILD_WAIT: Duration = Duration::from_secs(600);
 const COMPILE_WAIT: Duration = Duration::from_secs(180);
+/// The bound of a whole `tenure plugin test`: two nodes compile the plugin at its start.
+const PLUGIN_TEST_WAIT: Duration = Duration::from_secs(400);
 
 /// The Tenure checkout the test binary was built from, as `tenure plugin new` finds it.
 fn checkout() -> PathBuf {
@@ -193,11 +196,196 @@ fn made_project_builds_checks_and_runs(name: &str, lang: &str, program: &str, ar
     let second = wait_ticking(&node, name, 2);
     assert!(second > first, "tokens increase: {first} then {second}");
     stop(&mut node, name, second);
+    drop(node);
+
+    plugin_test_passes(&project);
+}
+
+/// The project's own `tenure plugin test` (its test.toml: start, handovers, a crash, a
+/// restart, and the checks of cleanups, state and tokens) passes, saying so per step.
+fn plugin_test_passes(project: &Path) {
+    let started = Instant::now();
+    let output = tenure_within(&["plugin", "test"], project, PLUGIN_TEST_WAIT);
+    let out = stdout_of(&output);
+    assert!(
+        output.status.success(),
+        "tenure plugin test failed:\n{out}{}",
+        stderr_of(&output)
+    );
+    for line in [
+        "[1/13] start: ok: ",
+        "[3/13] handover: ok: moved from ",
+        "[7/13] crash-owner: ok: killed ",
+        "[13/13] expect-tokens-increase: ok: 4 starts, tokens ",
+        "passed: 13 steps in ",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    eprintln!(
+        "[authoring] tenure plugin test in {} passed in {:?}",
+        project.display(),
+        started.elapsed()
+    );
 }
 
 #[test]
 fn a_new_rust_project_builds_checks_and_runs() {
     made_project_builds_checks_and_runs("my-rust-task", "rust", "./build.sh", &[]);
+}
+
+/// A step that does not hold fails the run: the step, what it expected, what it found,
+/// both plugin nodes' last lines, exit 1. Here the task is moved, and the script wrongly
+/// expects its cleanup to say `released`.
+#[test]
+fn a_plugin_test_step_that_does_not_hold_fails_with_what_was_expected() {
+    let (_dir, project) = new_project("wrong-expectation", "rust");
+    build(&project, "./build.sh", &[]);
+    std::fs::write(
+        project.join("wrong.toml"),
+        "plugin = \"wrong-expectation.wasm\"\n\
+         [[step]]\ndo = \"start\"\n\
+         [[step]]\ndo = \"handover\"\n\
+         [[step]]\ndo = \"expect-cleanup\"\nreason = \"released\"\n\
+         [[step]]\ndo = \"expect-tokens-increase\"\n",
+    )
+    .unwrap();
+    let output = tenure_within(
+        &["plugin", "test", "wrong.toml"],
+        &project,
+        PLUGIN_TEST_WAIT,
+    );
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    for line in [
+        "[2/4] handover: ok: moved from ",
+        "[3/4] expect-cleanup reason=released count=1: FAILED\n",
+        "  expected: 1 cleanup(s) of the start on ",
+        ", reason released, outcome ok\n",
+        "  found:    1 cleanup(s): reason moved, outcome ok\n",
+        "last lines of n1:\n",
+        "last lines of n2:\n",
+        "plugin.cleanup resource=wrong-expectation slot=0 token=",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("[4/4]"),
+        "no step runs after a failure:\n{out}"
+    );
+    assert!(
+        err.contains("tenure: step 3 (expect-cleanup) failed"),
+        "{err}"
+    );
+
+    // A script that does not parse is refused before any node starts.
+    std::fs::write(
+        project.join("typo.toml"),
+        "plugin = \"wrong-expectation.wasm\"\n[[step]]\ndo = \"strat\"\n",
+    )
+    .unwrap();
+    let output = tenure(&["plugin", "test", "typo.toml"], &project);
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    assert!(out.is_empty(), "nothing ran: {out}");
+    assert!(
+        err.contains("typo.toml") && err.contains("unknown variant `strat`"),
+        "{err}"
+    );
+}
+
+/// `--watch` builds and runs the script at once, and again when a source changes: here
+/// the start loop's log line changes, and the rebuilt plugin fails the script that waits
+/// for the old line; then it waits for the next change.
+#[test]
+fn plugin_test_watch_builds_and_runs_again_on_a_change() {
+    let (_dir, project) = new_project("watched-task", "rust");
+    std::fs::write(
+        project.join("quick.toml"),
+        "plugin = \"watched-task.wasm\"\nbuild = \"./build.sh\"\n\
+         [[step]]\ndo = \"start\"\n\
+         [[step]]\ndo = \"wait-log\"\nline = \"tick 1 token={token}\"\nwithin = \"10s\"\n",
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command
+        .args(["plugin", "test", "--watch", "quick.toml"])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut watcher = Watched::spawn(command);
+    watcher.wait_for("[2/2] wait-log \"tick 1 token={token}\": ok: ", BUILD_WAIT);
+    watcher.wait_for("passed: 2 steps", WAIT);
+    watcher.wait_for("watching ", WAIT);
+
+    let lib = project.join("src/lib.rs");
+    let code = std::fs::read_to_string(&lib).unwrap();
+    assert!(code.contains("\"tick {count} token={}\""), "{code}");
+    std::fs::write(&lib, code.replace("\"tick {count}", "\"step {count}")).unwrap();
+    watcher.wait_for("changed: building and testing again", WAIT);
+    watcher.wait_for("[1/2] start: ok: ", BUILD_WAIT);
+    watcher.wait_for("[2/2] wait-log \"tick 1 token={token}\": FAILED", WAIT);
+    watcher.wait_for("step 2 (wait-log) failed", WAIT);
+    watcher.wait_for("watching ", WAIT);
+}
+
+/// A `tenure plugin test --watch` process, its stdout read line by line; killed on drop.
+struct Watched {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Watched {
+    fn spawn(mut command: Command) -> Watched {
+        let mut child = command
+            .spawn()
+            .expect("spawning tenure plugin test --watch");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watched {
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits for a line containing `needle` after the lines already waited past.
+    fn wait_for(&mut self, needle: &str, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(needle) {
+                        return;
+                    }
+                }
+                Err(e) => panic!("no line with {needle:?} ({e}); the output:\n{}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]

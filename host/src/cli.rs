@@ -10,10 +10,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
 mod member;
+mod plugin_test;
 mod snapshot;
 mod watch;
 
 pub use admin::{AdminCommand, Connection, Target, admin};
+pub use plugin_test::{DEFAULT_SCRIPT, plugin_test};
 pub use snapshot::{SnapshotCommand, snapshot};
 pub use watch::watch;
 
@@ -239,6 +241,26 @@ pub enum PluginCommand {
         /// the checkout this binary was built from, if it is still there).
         #[arg(long, env = "TENURE_SDK", value_name = "PATH")]
         sdk: Option<PathBuf>,
+    },
+    /// Run a plugin on a local cluster and check what it does when its slot moves.
+    ///
+    /// Starts three nodes of this binary on loopback in a temporary dir: two with the
+    /// plugin (the slot moves between them) and a witness, so that either can crash and
+    /// the other takes over. Then runs the script's steps (start, wait-log, handover,
+    /// crash-owner, restart, expect-cleanup, expect-tokens-increase,
+    /// expect-state-carried), saying what each did; the first failure prints what was
+    /// expected, what was found and the nodes' last lines, and exits 1.
+    Test {
+        /// The test script (TOML), which names the plugin's .wasm.
+        #[arg(default_value = crate::cli::DEFAULT_SCRIPT)]
+        script: PathBuf,
+        /// Keep the cluster's temporary dir (configs, data, certificates) afterwards.
+        #[arg(long)]
+        keep: bool,
+        /// Run the script's `build` command and the script, then again whenever a source
+        /// file of the project changes, until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
 }
 

@@ -16,6 +16,11 @@ fn main() {
         Command::Plugin(PluginCommand::New { path, lang, sdk }) => {
             tenure::cli::plugin_new(&path, lang, sdk.as_deref())
         }
+        Command::Plugin(PluginCommand::Test {
+            script,
+            keep,
+            watch,
+        }) => tenure::cli::plugin_test(&script, keep, watch),
         Command::Certs(command) => tenure::cli::certs(command),
         Command::Admin(command) => tenure::cli::admin(command),
         Command::Completions { shell } => tenure::cli::completions(shell),

@@ -61,6 +61,10 @@ const fn script(path: &'static str, text: &'static str) -> File {
 /// The manifest's path in every template: `{{name}}` is filled in like the text.
 const MANIFEST: &str = "{{name}}.toml";
 
+/// The `tenure plugin test` script of every template: the three start loops log the same
+/// lines.
+pub const TEST_SCRIPT: &str = include_str!("../templates/test.toml");
+
 const RUST: &[File] = &[
     file(
         "Cargo.toml",
@@ -80,6 +84,7 @@ const RUST: &[File] = &[
     file(MANIFEST, include_str!("../templates/rust/task.toml")),
     script("build.sh", include_str!("../templates/rust/build.sh")),
     file("README.md", include_str!("../templates/rust/README.md")),
+    file("test.toml", TEST_SCRIPT),
     file(".gitignore", include_str!("../templates/rust/gitignore")),
 ];
 
@@ -88,6 +93,7 @@ const PYTHON: &[File] = &[
     file(MANIFEST, include_str!("../templates/python/task.toml")),
     script("build.sh", include_str!("../templates/python/build.sh")),
     file("README.md", include_str!("../templates/python/README.md")),
+    file("test.toml", TEST_SCRIPT),
     file(".gitignore", include_str!("../templates/python/gitignore")),
 ];
 
@@ -97,6 +103,7 @@ const JS: &[File] = &[
     file(MANIFEST, include_str!("../templates/js/task.toml")),
     script("build.sh", include_str!("../templates/js/build.sh")),
     file("README.md", include_str!("../templates/js/README.md")),
+    file("test.toml", TEST_SCRIPT),
     file(".gitignore", include_str!("../templates/js/gitignore")),
 ];
 
