@@ -228,6 +228,48 @@ fn a_refused_connection_is_logged_with_the_plugin_and_the_host_in_words() {
     );
 }
 
+/// The same for a raw TCP connection (wasi:sockets): a connect to a granted address where
+/// nothing listens fails in the plugin, and the node's line names the plugin's grant and
+/// the address (before: nothing was logged for it).
+#[test]
+fn a_refused_tcp_connection_is_logged_with_the_plugin_and_the_address() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let mut node = Node::new("tcp-refused");
+    node.install(
+        "tcp-hold.toml",
+        format!(
+            "resource = \"tcp-hold\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"tcp://{addr}\"]\n\
+             env = {{ TCP_TARGET = \"{addr}\" }}\n"
+        ),
+    );
+    node.install("tcp-hold.wasm", plugins().misbehave_bytes());
+    node.spawn();
+    node.wait_for(
+        "the plugin's failed connect",
+        log_starting("tcp-hold", "tcp connect failed: "),
+        WAIT,
+    );
+    let failure = node.wait_for(
+        "plugin.effect_failed",
+        is("plugin.effect_failed").with("resource", "tcp-hold").f(),
+        WAIT,
+    );
+    shut_down(&mut node);
+    assert_eq!(failure["level"], "WARN", "{failure}");
+    assert_eq!(failure["plugin"], "tcp-hold", "{failure}");
+    assert_eq!(failure["slot"], 0, "{failure}");
+    assert_eq!(failure["effect"], "tcp", "{failure}");
+    assert_eq!(failure["host"], addr.as_str(), "{failure}");
+    assert_eq!(failure["error"], "connection refused", "{failure}");
+    assert_eq!(
+        message(&failure),
+        format!("an outbound TCP connection to {addr} failed: connection refused")
+    );
+}
+
 /// Issue 26: plugins built against `tenure:plugin@0.1.0` (the `counter` and `webhook`
 /// examples as built before 0.2.0, checked in under tests/fixtures/plugin-0.1.0) run
 /// unchanged on this host: the webhook's requests carry its grant's token, the counter

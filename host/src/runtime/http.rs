@@ -253,8 +253,8 @@ async fn send(
 
 /// Writes `plugin.effect_failed` for a request towards `target` that the network or the
 /// server failed (a refused or reset connection, a failed TLS handshake, a broken HTTP
-/// exchange, a host that is no DNS name), within the instance's log budget. Timeouts and
-/// the other errors the plugin sees were never logged and are not.
+/// exchange, a host that is no DNS name). Timeouts and the other errors the plugin sees
+/// were never logged and are not.
 fn failed(ctx: &InstanceContext, target: &str, error: &Error) {
     let why = match error {
         Error::Connect(e) => format!("cannot connect: {e}"),
@@ -263,24 +263,7 @@ fn failed(ctx: &InstanceContext, target: &str, error: &Error) {
         Error::InvalidDnsNameError(_) => "the host is not a valid DNS name".to_string(),
         _ => return,
     };
-    if ctx.admit_log_line().is_none() {
-        return;
-    }
-    let grant = &ctx.grant;
-    let host = super::output::sanitize(target);
-    let why = super::output::sanitize(&why);
-    tracing::warn!(
-        event = crate::events::PLUGIN_EFFECT_FAILED,
-        plugin = %ctx.plugin,
-        resource = %grant.resource,
-        slot = grant.slot,
-        token = grant.token,
-        node = %grant.node,
-        effect = "http",
-        host = %host,
-        error = %why,
-        "an outbound HTTP request to {host} failed: {why}",
-    );
+    super::refused::failed(ctx, "http", target, &why);
 }
 
 #[cfg(test)]
