@@ -499,3 +499,46 @@ fn an_incremental_cache_of_zero_mib_is_off() {
     node.signal(libc::SIGTERM);
     assert!(node.wait_exit(WAIT).success());
 }
+
+/// A node where no /proc is mounted (a bare chroot) cannot start its compiler, which it
+/// runs as /proc/self/exe; the rejection says /proc is missing, not that the file
+/// /proc/self/exe is (issue 28). /proc is hidden under an empty tmpfs in a mount
+/// namespace of the node's own (needs root and util-linux's `unshare`).
+#[test]
+fn a_node_without_proc_says_proc_is_not_mounted() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: hiding /proc in a mount namespace needs root");
+        return;
+    }
+    let mut node = Node::new("no-proc");
+    node.set_wrapper(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /proc && exec \"$0\" \"$@\"",
+        ]
+        .map(Into::into)
+        .to_vec(),
+    );
+    node.install("heartbeat.wasm", plugins().heartbeat_bytes());
+    node.spawn();
+    let rejected = node.wait_for(
+        "catalog.rejected",
+        is("catalog.rejected").with("plugin", "heartbeat").f(),
+        WAIT,
+    );
+    assert_eq!(
+        rejected["error"],
+        "cannot compile: cannot start the compiler process: /proc is not mounted (the node \
+         runs its compiler as /proc/self/exe, its own binary); mount /proc where the node \
+         runs, as container runtimes do",
+        "{rejected}"
+    );
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(WAIT).success(), "{}", node.tail());
+}

@@ -159,6 +159,117 @@ fn a_host_not_listed_gets_nothing_and_the_plugin_sees_the_refusal() {
     assert!(other.requests().is_empty(), "{:?}", other.requests());
 }
 
+/// Issue 28: a request to a granted host where nothing listens fails in the plugin as
+/// before, and the node's line about it names the plugin, its resource, slot and the
+/// host, with the error in words (before: `WARN connect error: Os { code: 111, kind:
+/// ConnectionRefused, message: "Connection refused" }`, from wasmtime-wasi-http, naming
+/// nothing).
+#[test]
+fn a_refused_connection_is_logged_with_the_plugin_and_the_host_in_words() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut node = Node::new("connect-refused");
+    install_webhook(
+        &node,
+        &format!(
+            "allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"100\" }}\n"
+        ),
+    );
+    node.spawn();
+    let start = node.wait_for("webhook started", started("webhook"), WAIT);
+    node.wait_for(
+        "the plugin's second failed post",
+        log_starting("webhook", "post seq=2 failed: "),
+        WAIT,
+    );
+    shut_down(&mut node);
+    let events = node.events();
+    let failures: Vec<&Value> = events
+        .iter()
+        .filter(|e| is("plugin.effect_failed").matches(e))
+        .collect();
+    assert!(
+        failures.len() >= 2,
+        "one plugin.effect_failed per failed post: {failures:?}\n{}",
+        node.tail()
+    );
+    let host = base.trim_start_matches("http://");
+    for failure in &failures {
+        assert_eq!(failure["level"], "WARN", "{failure}");
+        assert_eq!(failure["plugin"], "webhook", "{failure}");
+        assert_eq!(failure["resource"], "webhook", "{failure}");
+        assert_eq!(failure["slot"], 0, "{failure}");
+        assert_eq!(failure["token"], start["token"], "{failure}");
+        assert_eq!(failure["effect"], "http", "{failure}");
+        assert_eq!(failure["host"], host, "{failure}");
+        assert_eq!(
+            failure["error"], "cannot connect: Connection refused (os error 111)",
+            "{failure}"
+        );
+        assert_eq!(
+            message(failure),
+            format!(
+                "an outbound HTTP request to {host} failed: cannot connect: Connection \
+                 refused (os error 111)"
+            )
+        );
+    }
+    // Every line of Tenure's own carries `event`; a library's line does not.
+    let unnamed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["level"] == "WARN" || e["level"] == "ERROR")
+        .filter(|e| e.get("event").is_none())
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "warnings of a library, naming no plugin: {unnamed:?}"
+    );
+}
+
+/// The same for a raw TCP connection (wasi:sockets): a connect to a granted address where
+/// nothing listens fails in the plugin, and the node's line names the plugin's grant and
+/// the address (before: nothing was logged for it).
+#[test]
+fn a_refused_tcp_connection_is_logged_with_the_plugin_and_the_address() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let mut node = Node::new("tcp-refused");
+    node.install(
+        "tcp-hold.toml",
+        format!(
+            "resource = \"tcp-hold\"\n\n[limits]\n{FAST_LIMITS}\n[capabilities]\n\
+             allowed_outbound_hosts = [\"tcp://{addr}\"]\n\
+             env = {{ TCP_TARGET = \"{addr}\" }}\n"
+        ),
+    );
+    node.install("tcp-hold.wasm", plugins().misbehave_bytes());
+    node.spawn();
+    node.wait_for(
+        "the plugin's failed connect",
+        log_starting("tcp-hold", "tcp connect failed: "),
+        WAIT,
+    );
+    let failure = node.wait_for(
+        "plugin.effect_failed",
+        is("plugin.effect_failed").with("resource", "tcp-hold").f(),
+        WAIT,
+    );
+    shut_down(&mut node);
+    assert_eq!(failure["level"], "WARN", "{failure}");
+    assert_eq!(failure["plugin"], "tcp-hold", "{failure}");
+    assert_eq!(failure["slot"], 0, "{failure}");
+    assert_eq!(failure["effect"], "tcp", "{failure}");
+    assert_eq!(failure["host"], addr.as_str(), "{failure}");
+    assert_eq!(failure["error"], "connection refused", "{failure}");
+    assert_eq!(
+        message(&failure),
+        format!("an outbound TCP connection to {addr} failed: connection refused")
+    );
+}
+
 /// Issue 26: plugins built against `tenure:plugin@0.1.0` (the `counter` and `webhook`
 /// examples as built before 0.2.0, checked in under tests/fixtures/plugin-0.1.0) run
 /// unchanged on this host: the webhook's requests carry its grant's token, the counter

@@ -5,6 +5,8 @@
 //! - The probes an orchestrator uses: `/livez` answers 200 while the node has no leader and
 //!   `/readyz` does not (a liveness probe that followed the leader would restart every node
 //!   of a cluster that lost its quorum).
+//! - A clean stop (SIGTERM) says nothing at ERROR: openraft's complaints about its own
+//!   core having stopped are not errors once the node is stopping.
 
 mod support;
 
@@ -195,4 +197,53 @@ fn livez_stays_200_while_the_node_has_no_leader_and_readyz_does_not() {
     cluster.spawn(1);
     wait_code(metrics, "/readyz", 200, Duration::from_secs(60));
     cluster.stop_all();
+}
+
+#[test]
+fn a_clean_stop_of_a_follower_or_the_leader_logs_no_error_lines() {
+    // openraft logs at ERROR a call that reaches its core after `Raft::shutdown` (a
+    // leader's AppendEntries arriving in the moment between the core's stop and the RPC
+    // endpoint's close). It is a race (seen in 2 of 14 stops of a follower by hand, 0 of
+    // 8 in a first run of this test), so the followers are stopped many times while the
+    // counter writes its state and the leader sends heartbeats every 50 ms.
+    const FOLLOWER_STOPS: usize = 24;
+    let mut cluster = counting_cluster(Duration::from_secs(2));
+    let mut errors: Vec<String> = Vec::new();
+    let stop = |cluster: &mut Cluster, i: usize, errors: &mut Vec<String>| {
+        let signalled = system_time_us(SystemTime::now());
+        let status = cluster.stop(i);
+        assert!(status.success(), "{status}\n{}", cluster.node(i).tail());
+        errors.extend(
+            cluster
+                .node(i)
+                .events()
+                .iter()
+                .filter(|e| e["level"] == "ERROR" && timestamp_us(e) >= signalled)
+                .map(|e| format!("{}: {e}", cluster.name(i))),
+        );
+    };
+    for round in 0..FOLLOWER_STOPS {
+        let leader = cluster.wait_leader();
+        let followers: Vec<usize> = (0..cluster.len())
+            .filter(|&i| cluster.name(i) != leader)
+            .collect();
+        let follower = followers[round % followers.len()];
+        eprintln!(
+            "phase: round {round}: SIGTERM to the follower {}",
+            cluster.name(follower)
+        );
+        stop(&mut cluster, follower, &mut errors);
+        cluster.spawn(follower);
+        cluster.wait_formed();
+    }
+    let leader = cluster.index(&cluster.wait_leader());
+    eprintln!("phase: SIGTERM to the leader {}", cluster.name(leader));
+    stop(&mut cluster, leader, &mut errors);
+    cluster.stop_all();
+    assert!(
+        errors.is_empty(),
+        "{} ERROR lines after a SIGTERM:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
 }

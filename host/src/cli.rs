@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+mod logging;
 mod member;
 mod plugin_test;
 mod snapshot;
@@ -270,40 +271,6 @@ pub enum LogFormat {
     Json,
 }
 
-/// Sets up logging to stdout: text for people, JSON lines for the event log.
-/// `RUST_LOG` refines the default filter.
-pub fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "info,wasmtime=warn,cranelift=warn,wasmtime_wasi=warn,{}",
-            crate::raft::LOG_FILTER
-        ))
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stdout);
-    match format {
-        // Colours only on a terminal: a log piped to a file or a journal gets plain text.
-        LogFormat::Text => {
-            use std::io::IsTerminal as _;
-            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            builder
-                .with_writer(|| OneLine(std::io::stdout()))
-                .with_target(false)
-                .with_ansi(colour)
-                .init()
-        }
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .with_target(false)
-            .init(),
-    }
-}
-
 /// Lets a write into a pipe whose reader has gone end the process quietly, as it ends
 /// `cat` or `ls` (killed by SIGPIPE: status 141 in a shell), for the commands that print
 /// and exit (`tenure plugin check x | head -1`). Rust starts with SIGPIPE ignored, so such
@@ -324,7 +291,7 @@ pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
 
 /// `tenure run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    logging::init(args.log_format);
     let overrides = Overrides {
         name: args.name,
         data_dir: args.data_dir,
@@ -430,6 +397,8 @@ async fn shutdown_then_abort(
         _ = int.recv() => {},
         _ = term.recv() => {},
     }
+    // From here openraft's reports of its stopped core are a clean stop, not errors.
+    logging::stopping();
     tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {},
@@ -712,51 +681,4 @@ pub fn certs(command: CertsCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A text log line as written: one event, one line. Field values hold text from peers,
-/// configs and manifests (names, labels, addresses, error messages); tracing-subscriber
-/// already shows ESC, BEL and the C1 controls in them escaped, and this writer escapes
-/// what it leaves (CR, a LF before the line's end, the other C0 controls), so no value
-/// can forge a log line. ESC itself passes: here it can only be the formatter's colours.
-/// Each event reaches `write` whole (the formatter writes one buffer per event), so the
-/// last LF of a write is the line's end.
-struct OneLine<W>(W);
-
-impl<W: std::io::Write> std::io::Write for OneLine<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut out = Vec::with_capacity(buf.len() + 8);
-        for (i, &b) in buf.iter().enumerate() {
-            match b {
-                b'\n' if i + 1 == buf.len() => out.push(b),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\t' | 0x1b => out.push(b),
-                0..0x20 => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-                _ => out.push(b),
-            }
-        }
-        self.0.write_all(&out)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Write as _;
-
-    #[test]
-    fn a_text_log_line_cannot_be_split_or_rewritten_by_its_values() {
-        let mut line = super::OneLine(Vec::new());
-        line.write_all(b"WARN label=a\r\nFORGED ERROR x\x01 \x1b[1mbold\x1b[0m\n")
-            .unwrap();
-        assert_eq!(
-            String::from_utf8(line.0).unwrap(),
-            "WARN label=a\\r\\nFORGED ERROR x\\x01 \x1b[1mbold\x1b[0m\n"
-        );
-    }
 }

@@ -44,6 +44,11 @@ pub const PLUGIN_FAILED: &str = "plugin.failed";
 /// lease-expired or stopping; `in_flight` when a request already sent was cut at the
 /// lease deadline).
 pub const PLUGIN_EFFECT_REFUSED: &str = "plugin.effect_refused";
+/// An outbound request or connection of a plugin failed on the network (`effect`: http
+/// or tcp, `host`, `error` in words): a connection refused or reset, a failed TLS
+/// handshake, a broken HTTP exchange.
+/// The plugin sees the error too; the line counts against its log budget.
+pub const PLUGIN_EFFECT_FAILED: &str = "plugin.effect_failed";
 pub const OWNERSHIP_ACQUIRED: &str = "ownership.acquired";
 pub const OWNERSHIP_LOST: &str = "ownership.lost";
 

@@ -15,6 +15,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{AdminRequest, AdminResponse, Status, StatusQuery, decode_response, encode, merge};
@@ -135,6 +136,9 @@ pub struct AdminClient {
     files: TlsFiles,
     /// The bound of each request (`--timeout`), for messages.
     timeout: Duration,
+    /// Whether any node answered a dial (any outcome but [`TransportError::DialTimeout`]):
+    /// only then has [`AdminClient::close`] a connection to wind down.
+    answered: AtomicBool,
 }
 
 impl AdminClient {
@@ -218,6 +222,7 @@ impl AdminClient {
             transport,
             files,
             timeout,
+            answered: AtomicBool::new(false),
         })
     }
 
@@ -330,17 +335,27 @@ impl AdminClient {
         let answer = self
             .transport
             .request(node, addr, operator_request(&body))
-            .await
-            .map_err(|e| self.explain(node, addr, e))?;
+            .await;
+        if !matches!(answer, Err(TransportError::DialTimeout { .. })) {
+            self.answered.store(true, Ordering::Relaxed);
+        }
+        let answer = answer.map_err(|e| self.explain(node, addr, e))?;
         decode_response(&answer).map_err(|reason| AdminError::Protocol {
             node: escape(node).into_owned(),
             reason: escape(&reason).into_owned(),
         })
     }
 
-    /// Closes the transport.
+    /// Closes the transport: its connections are closed and, if a node answered, drained
+    /// as QUIC asks. If no node ever answered a dial (a wrong --addr, a node down), there
+    /// is no one to tell and it returns at once, so the command ends when its message
+    /// says it gave up rather than 1.1 to 1.7 s later.
     pub async fn close(&self) {
-        self.transport.close().await;
+        if self.answered.load(Ordering::Relaxed) {
+            self.transport.close().await;
+        } else {
+            self.transport.close_now();
+        }
     }
 
     /// A transport failure in the operator's terms.

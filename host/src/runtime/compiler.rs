@@ -170,12 +170,7 @@ impl Compiler {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| {
-                LoadError::Compiler(format!(
-                    "cannot start the compiler process {}: {e}",
-                    self.exe.display()
-                ))
-            })?;
+            .map_err(|e| LoadError::Compiler(spawn_failure(&self.exe, &e)))?;
         sweep.pid = child.id();
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut stderr = child.stderr.take().expect("piped stderr");
@@ -396,9 +391,70 @@ fn limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()>
     }
 }
 
+/// Why the compiler process `exe` could not be started, naming what is missing. The
+/// kernel answers ENOENT alike for a missing program, a missing ELF interpreter of a
+/// program that is there, and `/proc/self/exe` (how the node names its own binary) when
+/// no /proc is mounted, as in a bare chroot: the path alone would blame the wrong file.
+fn spawn_failure(exe: &Path, error: &std::io::Error) -> String {
+    let exe_s = exe.display();
+    if error.kind() != std::io::ErrorKind::NotFound {
+        return format!("cannot start the compiler process {exe_s}: {error}");
+    }
+    if exe.starts_with("/proc") && !Path::new("/proc/self").exists() {
+        return format!(
+            "cannot start the compiler process: /proc is not mounted (the node runs its \
+             compiler as {exe_s}, its own binary); mount /proc where the node runs, as \
+             container runtimes do"
+        );
+    }
+    if std::fs::symlink_metadata(exe).is_err() {
+        return format!("cannot start the compiler process: {exe_s} does not exist");
+    }
+    format!(
+        "cannot start the compiler process {exe_s}: {error}; the file is there, so what \
+         it needs to start is missing (its ELF interpreter or a script's interpreter)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each ENOENT names what is missing: the program, or what the program needs.
+    #[tokio::test]
+    async fn a_compiler_that_cannot_start_is_told_apart_by_what_is_missing() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("entry");
+        let missing = dir.path().join("no-such-tenure");
+        let script = dir.path().join("tenure-script");
+        std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (exe, says) in [
+            (
+                missing.clone(),
+                format!(
+                    "cannot start the compiler process: {} does not exist",
+                    missing.display()
+                ),
+            ),
+            (
+                script.clone(),
+                format!(
+                    "cannot start the compiler process {}: No such file or directory (os \
+                     error 2); the file is there, so what it needs to start is missing (its \
+                     ELF interpreter or a script's interpreter)",
+                    script.display()
+                ),
+            ),
+        ] {
+            let compiler = Compiler::new(exe, None);
+            match compiler.compile(&[0; 32], b"\0asm", &out).await {
+                Err(LoadError::Compiler(message)) => assert_eq!(message, says),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     /// The child compiles with `engine_config(false)`; the node deserializes with the
     /// pooling engine. The entry must load there, or every cache miss would fail.

@@ -42,6 +42,7 @@ use std::time::Instant;
 
 use http::HeaderValue;
 use http_body_util::BodyExt;
+use wasmtime_wasi_http::p2::bindings::http::types::{DnsErrorPayload, ErrorCode};
 use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
@@ -95,6 +96,11 @@ impl WasiHttpView for HostState {
     }
 }
 
+/// The error codes the plugin sees are wasmtime-wasi-http's defaults; only the log line
+/// differs. Its default hooks log these four failures at WARN with no plugin named and
+/// the error in Rust's Debug form (`connect error: Os { code: 111, kind:
+/// ConnectionRefused, .. }`); [`send`] logs them instead, with the plugin's grant and the
+/// host, in words (`plugin.effect_failed`).
 impl WasiHttpHooks for Hooks {
     fn send_request(
         &mut self,
@@ -103,6 +109,25 @@ impl WasiHttpHooks for Hooks {
         _response_errors: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Sent {
         outgoing(self.ctx.clone(), request, options)
+    }
+
+    fn p2_error_from_hyper(&mut self, _: &hyper::Error) -> ErrorCode {
+        ErrorCode::HttpProtocolError
+    }
+
+    fn p2_error_from_connect(&mut self, _: &std::io::Error) -> ErrorCode {
+        ErrorCode::ConnectionRefused
+    }
+
+    fn p2_error_from_tls(&mut self, _: &std::io::Error) -> ErrorCode {
+        ErrorCode::TlsProtocolError
+    }
+
+    fn p2_error_from_dns(&mut self, _: &rustls_pki_types::InvalidDnsNameError) -> ErrorCode {
+        ErrorCode::DnsError(DnsErrorPayload {
+            rcode: Some("invalid dns name".to_string()),
+            info_code: None,
+        })
     }
 }
 
@@ -205,7 +230,7 @@ async fn send(
     };
     let sending = connect::send_request(request, options, abandoned);
     let (response, connection) = tokio::select! {
-        result = sending => result?,
+        result = sending => result.inspect_err(|e| failed(&ctx, &target, e))?,
         refusal = may_no_longer_act(&ctx) => {
             refused(&ctx, "http", &target, refusal.into(), true);
             return Err(Error::HttpRequestDenied);
@@ -213,7 +238,7 @@ async fn send(
     };
     let connection = async move {
         tokio::select! {
-            result = connection => result,
+            result = connection => result.inspect_err(|e| failed(&ctx, &target, e)),
             refusal = may_no_longer_act(&ctx) => {
                 refused(&ctx, "http", &target, refusal.into(), true);
                 Err(Error::HttpRequestDenied)
@@ -224,6 +249,21 @@ async fn send(
         response.map(BodyExt::boxed_unsync),
         Box::new(connection) as Box<dyn Future<Output = _> + Send>,
     ))
+}
+
+/// Writes `plugin.effect_failed` for a request towards `target` that the network or the
+/// server failed (a refused or reset connection, a failed TLS handshake, a broken HTTP
+/// exchange, a host that is no DNS name). Timeouts and the other errors the plugin sees
+/// were never logged and are not.
+fn failed(ctx: &InstanceContext, target: &str, error: &Error) {
+    let why = match error {
+        Error::Connect(e) => format!("cannot connect: {e}"),
+        Error::Tls(e) => format!("the TLS handshake failed: {e}"),
+        Error::Hyper(e) => format!("the HTTP exchange failed: {e}"),
+        Error::InvalidDnsNameError(_) => "the host is not a valid DNS name".to_string(),
+        _ => return,
+    };
+    super::refused::failed(ctx, "http", target, &why);
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What every capability does when the lease or the grant says no: the
 //! `plugin.effect_refused` event, and the wait for the moment an instance may no longer
-//! act (to abort what is in flight then).
+//! act (to abort what is in flight then). And when the network says no: the
+//! `plugin.effect_failed` event.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,36 @@ pub(super) fn refused(ctx: &InstanceContext, effect: &str, host: &str, why: Why,
         in_flight,
         "{what}: {}",
         why.explain(),
+    );
+}
+
+/// Writes `plugin.effect_failed` for an `effect` (`http`, `tcp`) towards `host` that the
+/// network or the peer failed (`error`, in words), within the instance's log budget. The
+/// plugin sees the error as well; this line is for the operator, who otherwise could not
+/// tell which plugin's downstream is down.
+pub(super) fn failed(ctx: &InstanceContext, effect: &str, host: &str, error: &str) {
+    if ctx.admit_log_line().is_none() {
+        return;
+    }
+    let grant = &ctx.grant;
+    let host = super::output::sanitize(host);
+    let error = super::output::sanitize(error);
+    let what = if effect == "http" {
+        "an outbound HTTP request"
+    } else {
+        "an outbound TCP connection"
+    };
+    tracing::warn!(
+        event = events::PLUGIN_EFFECT_FAILED,
+        plugin = %ctx.plugin,
+        resource = %grant.resource,
+        slot = grant.slot,
+        token = grant.token,
+        node = %grant.node,
+        effect,
+        host = %host,
+        error = %error,
+        "{what} to {host} failed: {error}",
     );
 }
 

@@ -18,7 +18,9 @@
 //!   writing to a connection it opened before.
 //!
 //! Refusals fail in the plugin (`access-denied`, or a failed write) and write
-//! `plugin.effect_refused` with `effect = tcp`.
+//! `plugin.effect_refused` with `effect = tcp`. A connect the network fails (refused,
+//! reset, aborted, unreachable, timed out) fails in the plugin with its error code and
+//! writes `plugin.effect_failed` with the address (remembered at start-connect).
 //!
 //! How a connection is found at D: wasmtime-wasi keeps its file descriptor private, so the
 //! instance records each connection's local and remote address when it connects; at D it
@@ -40,7 +42,8 @@
 //! not read: it receives less than was queued, then a reset. What the peer had already
 //! received before D stays received; nothing still queued at D leaves after it.
 //!
-//! The wasi:sockets functions replaced here (lookup, its results, finish-connect) call
+//! The wasi:sockets functions replaced here (lookup, its results, start-connect,
+//! finish-connect) call
 //! wasmtime-wasi's own implementation and add the checks around it.
 
 use std::collections::{HashMap, HashSet};
@@ -53,7 +56,9 @@ use wasmtime::{StoreContextMut, format_err};
 use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{
     Host as _, HostResolveAddressStream as _, ResolveAddressStream,
 };
-use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress, Network};
+use wasmtime_wasi::p2::bindings::sockets::network::{
+    ErrorCode, IpAddress, IpSocketAddress, Network,
+};
 use wasmtime_wasi::p2::bindings::sockets::tcp::{HostTcpSocket, ShutdownType, TcpSocket};
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, OutputStream, Pollable, StreamError, StreamResult,
@@ -62,7 +67,7 @@ use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsView};
 use wasmtime_wasi::{WasiCtxBuilder, async_trait};
 
 use super::InstanceContext;
-use super::refused::{Why, may_no_longer_act, refused};
+use super::refused::{Why, failed, may_no_longer_act, refused};
 use super::store::HostState;
 use crate::catalog::capabilities::Scheme;
 
@@ -82,6 +87,9 @@ pub(super) struct Sockets {
     fence: Arc<Fence>,
     /// Lookups in progress: the resolve stream's handle, and the ports its name grants.
     lookups: HashMap<u32, Vec<u16>>,
+    /// Connects in progress: the socket's handle and the address it connects to, which
+    /// wasmtime-wasi no longer tells once the connect failed (for `plugin.effect_failed`).
+    connecting: HashMap<u32, SocketAddr>,
     /// The task that resets the connections at D; aborted with the store.
     watchdog: Option<tokio::task::AbortHandle>,
 }
@@ -108,6 +116,7 @@ impl Sockets {
                 inner: Mutex::default(),
             }),
             lookups: HashMap::new(),
+            connecting: HashMap::new(),
             watchdog: None,
         }
     }
@@ -362,9 +371,9 @@ pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "[method]resolve-address-stream.resolve-next-address",
         resolve_next_address,
     )?;
-    linker
-        .instance(TCP)?
-        .func_wrap("[method]tcp-socket.finish-connect", finish_connect)?;
+    let mut tcp = linker.instance(TCP)?;
+    tcp.func_wrap("[method]tcp-socket.start-connect", start_connect)?;
+    tcp.func_wrap("[method]tcp-socket.finish-connect", finish_connect)?;
     linker.allow_shadowing(false);
     Ok(())
 }
@@ -422,6 +431,41 @@ fn resolve_next_address(
     }
 }
 
+/// wasmtime-wasi's start-connect (the address check runs inside it), remembering where
+/// the socket connects to.
+fn start_connect(
+    mut store: StoreContextMut<'_, HostState>,
+    (socket, network, remote): (Resource<TcpSocket>, Resource<Network>, IpSocketAddress),
+) -> Returned<()> {
+    let state = store.data_mut();
+    let rep = socket.rep();
+    let addr = SocketAddr::from(remote);
+    match state.sockets().start_connect(socket, network, remote) {
+        Ok(()) => {
+            if state.tcp.connecting.len() >= MAX_OPEN {
+                // Sockets dropped while connecting leave their entry: forget them all.
+                state.tcp.connecting.clear();
+            }
+            state.tcp.connecting.insert(rep, addr);
+            Ok((Ok(()),))
+        }
+        Err(e) => error(e),
+    }
+}
+
+/// The words for a connect the network failed, or `None` for the other errors
+/// (`would-block` while in progress, and the plugin's own mistakes).
+fn network_failure(code: ErrorCode) -> Option<&'static str> {
+    Some(match code {
+        ErrorCode::ConnectionRefused => "connection refused",
+        ErrorCode::ConnectionReset => "connection reset",
+        ErrorCode::ConnectionAborted => "connection aborted",
+        ErrorCode::RemoteUnreachable => "the remote host is unreachable",
+        ErrorCode::Timeout => "timed out",
+        _ => return None,
+    })
+}
+
 fn finish_connect(
     mut store: StoreContextMut<'_, HostState>,
     (socket,): (Resource<TcpSocket>,),
@@ -430,8 +474,19 @@ fn finish_connect(
     let rep = socket.rep();
     let this = || Resource::<TcpSocket>::new_borrow(rep);
     let (input, output) = match state.sockets().finish_connect(this()) {
-        Ok(streams) => streams,
-        Err(e) => return error(e),
+        Ok(streams) => {
+            state.tcp.connecting.remove(&rep);
+            streams
+        }
+        Err(e) => {
+            let code: ErrorCode = e.downcast()?;
+            if let Some(words) = network_failure(code)
+                && let Some(remote) = state.tcp.connecting.remove(&rep)
+            {
+                failed(&state.ctx, "tcp", &remote.to_string(), words);
+            }
+            return Ok((Err(code),));
+        }
     };
     let mut view = state.sockets();
     let local = view.local_address(this()).map(SocketAddr::from);
