@@ -174,6 +174,20 @@ fn livez_stays_200_while_the_node_has_no_leader_and_readyz_does_not() {
         .as_secs();
     let days = (expiry.saturating_sub(now)) / 86_400;
     assert!((88..=90).contains(&days), "expires in {days} days");
+    // And its CA's (`tenure certs init`'s default validity).
+    let ca_expiry: u64 = metrics_text
+        .lines()
+        .find(|l| {
+            l.starts_with("tenure_ca_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no CA expiry in\n{metrics_text}"));
+    let ca_days = (ca_expiry.saturating_sub(now)) / 86_400;
+    let made = tenure::pki::DEFAULT_CA_VALIDITY_DAYS as u64;
+    assert!(
+        (made - 2..=made).contains(&ca_days),
+        "the CA expires in {ca_days} days, not {made}"
+    );
 
     eprintln!("phase: the others start: n1 becomes ready");
     cluster.spawn(1);

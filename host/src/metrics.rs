@@ -102,6 +102,9 @@ pub struct Sample {
     /// The certificate this node presents in new handshakes: its fingerprint and the end
     /// of its validity (seconds since the Unix epoch).
     pub certificate: Option<(String, u64)>,
+    /// The CAs this node trusts in new handshakes: each one's fingerprint and the end of
+    /// its validity (seconds since the Unix epoch), in bundle order.
+    pub ca_certificates: Vec<(String, u64)>,
 }
 
 /// More log entries than this held but not applied, and the replica is behind: not ready.

@@ -36,6 +36,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// | `tenure_slots_owned`, `tenure_plugins_running` | gauge | |
 /// | `tenure_session_open`, `tenure_lease_valid`, `tenure_lease_remaining_seconds`, `tenure_ready` | gauge | |
 /// | `tenure_certificate_expiry_timestamp_seconds` (the node's own certificate: alert on it minus `time()`) | gauge | `fingerprint` |
+/// | `tenure_ca_certificate_expiry_timestamp_seconds` (each CA the node trusts) | gauge | `fingerprint` |
 pub fn render(sample: &Sample) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SampleCollector(sample.clone())));
@@ -262,6 +263,18 @@ impl Collector for SampleCollector {
             )?;
             let labels = [("fingerprint", fingerprint.as_str())];
             ConstGauge::new(*not_after as i64).encode(metric.encode_family(&labels)?)?;
+        }
+        if !sample.ca_certificates.is_empty() {
+            let mut metric = encoder.encode_descriptor(
+                "tenure_ca_certificate_expiry_timestamp_seconds",
+                "When each CA this node trusts expires (seconds since the Unix epoch): after it, no certificate it signed is accepted.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (fingerprint, not_after) in &sample.ca_certificates {
+                let labels = [("fingerprint", fingerprint.as_str())];
+                ConstGauge::new(*not_after as i64).encode(metric.encode_family(&labels)?)?;
+            }
         }
         let left = ConstGauge::new(sample.lease_remaining.unwrap_or_default().as_secs_f64());
         left.encode(encoder.encode_descriptor(

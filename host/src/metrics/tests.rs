@@ -76,6 +76,10 @@ fn ready_sample() -> Sample {
         unapplied: 3,
         loaded: true,
         certificate: Some(("sha256:ab".into(), 1_900_000_000)),
+        ca_certificates: vec![
+            ("sha256:c1".into(), 2_000_000_000),
+            ("sha256:c2".into(), 2_100_000_000),
+        ],
     }
 }
 
@@ -103,6 +107,8 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_ready 1",
         "tenure_lease_remaining_seconds 1.5",
         "tenure_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:ab\"} 1900000000",
+        "tenure_ca_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:c1\"} 2000000000",
+        "tenure_ca_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:c2\"} 2100000000",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -88,10 +88,7 @@ impl Probe for NodeProbe {
         };
         let member = members.voters.contains_key(me) || members.learners.contains_key(me);
         let tls = rpc.transport().tls_info();
-        let not_after = tls
-            .not_after
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let not_after = unix_secs(tls.not_after);
         let mut sample = Sample {
             node: shared.me.clone(),
             rpc: rpc
@@ -116,6 +113,11 @@ impl Probe for NodeProbe {
             unapplied,
             loaded: self.loaded.load(Ordering::Relaxed),
             certificate: Some((tls.fingerprint, not_after)),
+            ca_certificates: tls
+                .ca_expiries
+                .into_iter()
+                .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
+                .collect(),
             ..Sample::default()
         };
         shared.read(|c| {
@@ -157,4 +159,10 @@ pub async fn serve(
         server.local_addr()
     );
     Ok(Some(server))
+}
+
+/// Seconds since the Unix epoch (0 before it).
+fn unix_secs(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -87,6 +87,11 @@ pub(crate) fn public_key<'a>(
     Ok((algo, spki.subject_public_key.data.as_ref()))
 }
 
+/// When the DER certificate `der` stops being valid; `None` if it does not parse.
+pub fn not_after(der: &[u8]) -> Option<SystemTime> {
+    parse(der, "certificate").ok().map(|x509| validity(&x509).1)
+}
+
 /// The validity window as system times.
 pub(crate) fn validity(x509: &X509Certificate<'_>) -> (SystemTime, SystemTime) {
     let v = x509.validity();

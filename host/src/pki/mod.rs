@@ -62,6 +62,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use ca::{CA_CERT_FILE, CA_KEY_FILE, init_ca};
+pub use cert::not_after;
 pub use dev::{DEV_OPERATOR, DEV_OPERATOR_FILE, DEV_VALIDITY_DAYS, DevCerts, ensure_dev_certs};
 pub use error::PkiError;
 pub use expiry::{EXPIRY_WARNING_FLOOR, ExpiryWarning, expiry_warning};

@@ -126,6 +126,8 @@ pub struct TlsInfo {
     pub not_after: SystemTime,
     /// The fingerprints of the CAs new handshakes trust, in bundle order.
     pub ca_fingerprints: Vec<String>,
+    /// Those CAs' fingerprints with the end of each one's validity, in bundle order.
+    pub ca_expiries: Vec<(String, SystemTime)>,
 }
 
 /// One live connection.
@@ -249,6 +251,7 @@ impl Transport {
                 .unwrap_or_default(),
             not_after: own.not_after,
             ca_fingerprints: self.shared.tls.current().trust.ca_fingerprints.clone(),
+            ca_expiries: self.shared.tls.current().trust.ca_expiries.clone(),
         }
     }
 

@@ -15,6 +15,7 @@
 //! this layer) and name checks beyond webpki's `DNS:` matching (see `peer.rs`).
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
@@ -35,6 +36,8 @@ pub(crate) struct Trust {
     pub(crate) servers: Arc<WebPkiServerVerifier>,
     /// The fingerprints of the bundle's CAs, in file order.
     pub(crate) ca_fingerprints: Vec<String>,
+    /// Each CA's fingerprint and end of validity, in file order (for the metrics).
+    pub(crate) ca_expiries: Vec<(String, SystemTime)>,
 }
 
 impl Trust {
@@ -65,6 +68,11 @@ impl Trust {
             clients,
             servers,
             ca_fingerprints: bundle.iter().map(|ca| pki::fingerprint(ca)).collect(),
+            // A trust anchor rustls took is a certificate that parses: `not_after` has it.
+            ca_expiries: bundle
+                .iter()
+                .filter_map(|ca| Some((pki::fingerprint(ca), pki::not_after(ca)?)))
+                .collect(),
         })
     }
 
