@@ -9,7 +9,7 @@
 //! knows. Raft then mixes two histories on one replica.
 //!
 //! So each cluster has an id, chosen at random by its first leader and committed
-//! ([`super::Command::Identify`]) before anything else the leader does; a store of an
+//! ([`super::Command::Identify`]) as soon as it leads; a store of an
 //! older format, which has none, gets one the same way from its first leader after the
 //! upgrade. Every envelope carries its sender's cluster id (`envelope/wire.rs`), and a
 //! node refuses one of another cluster, naming both ids (`envelope/gate.rs`). A node

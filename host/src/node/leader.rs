@@ -167,6 +167,8 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     let mut removals = super::revocations::Removals::default();
     // A recovered store's hold (`raft/recover.rs`): from this node's first lead on.
     let mut hold_from: Option<Instant> = None;
+    // The proposal of the cluster's id, while the cluster has none (`identify`).
+    let mut identifying: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         // Wake at the next expiry if it comes before the tick (at TTL 500 ms the tick is
         // 31 ms: up to that much failover otherwise).
@@ -191,9 +193,13 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
             planned_at = None;
             continue;
         }
-        if shared.read(|c| c.id.is_none()) {
-            identify(&shared).await;
-            continue;
+        // Beside the other duties, not before them: a proposal that keeps failing must
+        // not hold up expiries and placement.
+        if shared.read(|c| c.id.is_none())
+            && identifying.as_ref().is_none_or(|task| task.is_finished())
+        {
+            let shared = shared.clone();
+            identifying = Some(tokio::spawn(async move { identify(&shared).await }));
         }
         if !liveness.inherited(term)
             && handoff
