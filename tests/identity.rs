@@ -220,6 +220,23 @@ fn a_node_of_another_cluster_on_a_reused_address_is_refused_and_nothing_mixes() 
             .then_some(())
     });
     assert_eq!(a.status_via(0)["cluster"], id_a.as_str());
+
+    // A new node whose `join` list names a node of each cluster joins neither: it
+    // refuses to start, naming both clusters.
+    let joiner = a.add_joiner();
+    let b3 = format!("n3@{}", b.member(2).addr);
+    let a1 = format!("n1@{}", a.member(0).addr);
+    a.set_join(joiner, &[a1, b3]);
+    a.spawn(joiner);
+    let (status, stderr) = a.wait_refused(joiner);
+    assert!(!status.success(), "it joined: {stderr}");
+    for part in [
+        "belong to more than one cluster",
+        &format!("cluster {id_a} (n1)"),
+        &format!("cluster {id_b} (n3)"),
+    ] {
+        assert!(stderr.contains(part), "{part:?} not in: {stderr}");
+    }
     assert_increasing(&counts(&a.merged()));
     assert_safe(&a.merged(), "counter", 1);
 }

@@ -532,6 +532,20 @@ impl Cluster {
         std::fs::write(&file, config).unwrap();
     }
 
+    /// Rewrites node `i`'s `join` list to `members` (`NAME@HOST:PORT` each).
+    pub fn set_join(&mut self, i: usize, members: &[String]) {
+        let file = self.members[i].node.dir().join("tenure.toml");
+        let config = std::fs::read_to_string(&file).unwrap();
+        let list: Vec<String> = members
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap())
+            .collect();
+        let (before, rest) = config.split_once("\njoin = ").expect("a join list");
+        let (_, after) = rest.split_once('\n').unwrap();
+        let config = format!("{before}\njoin = [{}]\n{after}", list.join(", "));
+        std::fs::write(&file, config).unwrap();
+    }
+
     /// Makes node `i` listen on (and advertise) `addr` from its next start, as a node
     /// moved to another machine or given another address would. The node must not run.
     pub fn set_listen(&mut self, i: usize, addr: &str) {

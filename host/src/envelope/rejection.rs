@@ -158,9 +158,11 @@ pub enum Rejection {
     /// From a node of another cluster: both nodes trust one CA and use the same names,
     /// and one reached the other's address.
     #[error(
-        "the sender is a node of cluster {theirs}, and this node is of cluster {ours}: two \
-         clusters share a CA and node names, and one reached the other (a reused address, a \
-         wrong `peers` or `join`); fix the address, or give each cluster its own CA"
+        "the sender is a node of cluster {theirs}, and this node is of cluster {ours}: a node \
+         of the cluster as it was before a `tenure recover` or `snapshot restore` came back \
+         (empty its data dir and start it with `join`), or two clusters share a CA and node \
+         names and one reached the other's address (fix the address, or give each cluster \
+         its own CA)"
     )]
     OtherCluster {
         /// The sender's cluster.

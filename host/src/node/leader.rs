@@ -167,8 +167,9 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
     let mut removals = super::revocations::Removals::default();
     // A recovered store's hold (`raft/recover.rs`): from this node's first lead on.
     let mut hold_from: Option<Instant> = None;
-    // The proposal of the cluster's id, while the cluster has none (`identify`).
-    let mut identifying: Option<tokio::task::JoinHandle<()>> = None;
+    // The proposal of the cluster's id, while the cluster has none (`identify`); a
+    // JoinSet, so that it is aborted when this loop ends.
+    let mut identifying = tokio::task::JoinSet::new();
     loop {
         // Wake at the next expiry if it comes before the tick (at TTL 500 ms the tick is
         // 31 ms: up to that much failover otherwise).
@@ -195,11 +196,10 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
         }
         // Beside the other duties, not before them: a proposal that keeps failing must
         // not hold up expiries and placement.
-        if shared.read(|c| c.id.is_none())
-            && identifying.as_ref().is_none_or(|task| task.is_finished())
-        {
+        while identifying.try_join_next().is_some() {}
+        if shared.read(|c| c.id.is_none()) && identifying.is_empty() {
             let shared = shared.clone();
-            identifying = Some(tokio::spawn(async move { identify(&shared).await }));
+            identifying.spawn(async move { identify(&shared).await });
         }
         if !liveness.inherited(term)
             && handoff
@@ -310,21 +310,27 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
 /// leader, or the first leader after an upgrade from a store without ids.
 async fn identify(shared: &Shared) {
     let cluster = ClusterId::random();
+    // Proposed here only, never forwarded (a member's proposal of it is refused): a node
+    // that lost its leadership leaves the id to the next leader.
     match shared
-        .propose_batch(vec![Command::Identify { cluster }])
+        .control
+        .propose_here(Command::Identify { cluster })
         .await
     {
-        Ok(answers) if answers.first() == Some(&Response::Done) => {
+        Ok(Response::Done) => {
             let id = shared.read(|c| c.id).unwrap_or(cluster);
             tracing::info!(event = events::CLUSTER_IDENTIFIED, cluster = %id, "the cluster's id is {id}");
         }
-        Ok(answers) => {
+        // Another leader's id was applied first.
+        Ok(_) if shared.read(|c| c.id.is_some()) => {}
+        Ok(answer) => {
             tracing::warn!(
                 event = events::CONTROL_ERROR,
-                ?answers,
+                ?answer,
                 "the cluster's id was not set"
             )
         }
+        Err(crate::raft::ProposeError::NotLeader { .. }) => {}
         Err(error) => {
             tracing::warn!(event = events::CONTROL_ERROR, %error, "cannot set the cluster's id; retrying")
         }

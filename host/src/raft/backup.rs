@@ -124,7 +124,10 @@ impl Control {
                 writer: super::format::writer(),
                 bytes: stored.data.len() as u64,
                 sha256: sha256(&stored.data),
-                cluster: self.shared.cluster_id.get().copied(),
+                // The image's own (it may predate the `Identify` this replica applied).
+                cluster: db::decode::<Image>(&stored.data)
+                    .ok()
+                    .and_then(|image| image.cluster.id),
             },
             image: stored.data,
         })

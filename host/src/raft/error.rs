@@ -45,6 +45,12 @@ pub enum ControlError {
         by = by.join(", ")
     )]
     NotInitial { name: String, by: Vec<String> },
+    /// A node with a new store was given nodes of more than one cluster.
+    #[error(
+        "the nodes node {name} was given (`peers` or `join`) belong to more than one cluster: {}; a node belongs to one cluster: list only its nodes, and nothing was changed",
+        clusters.join(", ")
+    )]
+    TwoClusters { name: String, clusters: Vec<String> },
     /// openraft refused to start.
     #[error("cannot start Raft: {0}")]
     Start(String),
@@ -80,6 +86,7 @@ impl ControlError {
             | ControlError::Format(_)
             | ControlError::Forgot { .. }
             | ControlError::NotInitial { .. }
+            | ControlError::TwoClusters { .. }
             | ControlError::Start(_)
             | ControlError::NotAttached
             | ControlError::Bootstrap(_)

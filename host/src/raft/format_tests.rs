@@ -246,3 +246,27 @@ fn a_new_store_is_made_in_the_current_format() {
     );
     assert!(!dir.path().join("raft.redb.format-1").exists());
 }
+
+/// Format 2's snapshot image of the golden samples (`host/golden/store/snapshot-image.hex`
+/// as format 2 recorded it, kept in `tests/fixtures/format-2`) reads in this build after
+/// [`format::image_from`]: the same state, without a cluster id.
+#[test]
+fn a_format_2_snapshot_image_reads_after_its_migration() {
+    let hex: String = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-2/snapshot-image.hex"),
+    )
+    .unwrap()
+    .split_whitespace()
+    .collect();
+    let old = hex::decode(hex).unwrap();
+    assert!(
+        postcard::from_bytes::<super::state_machine::Image>(&old).is_err(),
+        "format 2's bytes read as they are: the migration would be pointless"
+    );
+    let image: super::state_machine::Image =
+        postcard::from_bytes(&format::image_from(2, old)).unwrap();
+    let mut expected = crate::golden::samples::cluster();
+    assert!(expected.id.is_some(), "the samples identify their cluster");
+    expected.id = None;
+    assert_eq!(image.cluster, expected);
+}

@@ -25,6 +25,8 @@
 //!   node was committed by a majority, and any majority that answers contains one of its
 //!   nodes; a majority is also what forming needs anyway (an initial member that is down
 //!   does not hold the others back, as with etcd's initial cluster).
+//! - Answers of two clusters (their ids differ, `cluster/identity.rs`): the list names
+//!   nodes of more than one cluster, and the node refuses to start, naming each.
 //! - With `join`: once one member of a formed cluster has answered and none knows it (in
 //!   the replicated members, or in the Raft membership: a member whose removal did not
 //!   reach the Raft membership is still its old self), it asks to join; the leader adds it
@@ -38,6 +40,7 @@
 //! unnoticed; etcd's "already bootstrapped" check (a member's published attributes) has
 //! the same window. Member ids bound to store ids close it (DESIGN.md, "Identity").
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -47,6 +50,7 @@ use super::Shared;
 use super::error::ControlError;
 use super::kinds::STORE_INFO;
 use super::network::Attached;
+use crate::cluster::ClusterId;
 
 /// How often a node waiting for its peers asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(250);
@@ -63,6 +67,8 @@ pub struct StoreInfo {
     /// The names of the cluster's members as its replicated state knows them: every
     /// node that ever registered (and was not removed).
     pub members: Vec<String>,
+    /// The cluster's id, once the answering replica has one (`cluster/identity.rs`).
+    pub cluster: Option<ClusterId>,
 }
 
 /// Whether this node is still deciding, and so refuses Raft's messages.
@@ -95,6 +101,7 @@ impl Shared {
             formed: !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst),
             raft_members,
             members,
+            cluster: self.cluster_id.get().copied(),
         }
     }
 }
@@ -110,10 +117,23 @@ pub(crate) enum Verdict {
     Forgot { by: Vec<String> },
     /// The cluster formed without this node (with `peers` only): `by` say so.
     NotInitial { by: Vec<String> },
+    /// The nodes asked belong to more than one cluster: each id with who answered it.
+    TwoClusters(BTreeMap<ClusterId, Vec<String>>),
 }
 
 /// The rule of the module doc, over the answers (`None`: no answer) of the nodes asked.
 pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreInfo>)]) -> Verdict {
+    // A config naming nodes of two clusters (staging's and production's, on one CA): no
+    // answer can be trusted to say what this node is, and joining either would be a guess.
+    let mut clusters: BTreeMap<ClusterId, Vec<String>> = BTreeMap::new();
+    for (name, answer) in answers {
+        if let Some(id) = answer.as_ref().and_then(|a| a.cluster) {
+            clusters.entry(id).or_default().push(name.clone());
+        }
+    }
+    if clusters.len() > 1 {
+        return Verdict::TwoClusters(clusters);
+    }
     let knows_me: Vec<String> = answers
         .iter()
         .filter(|(_, a)| {
@@ -223,6 +243,15 @@ pub(crate) async fn decide(
                     store: super::db::path(&shared.options.data_dir),
                 });
             }
+            Verdict::TwoClusters(clusters) => {
+                return Err(ControlError::TwoClusters {
+                    name: shared.name.clone(),
+                    clusters: clusters
+                        .iter()
+                        .map(|(id, by)| format!("cluster {id} ({})", by.join(", ")))
+                        .collect(),
+                });
+            }
             Verdict::NotInitial { by } => {
                 return Err(ControlError::NotInitial {
                     name: shared.name.clone(),
@@ -244,6 +273,7 @@ mod tests {
             formed,
             raft_members: raft.iter().map(|s| s.to_string()).collect(),
             members: members.iter().map(|s| s.to_string()).collect(),
+            cluster: None,
         })
     }
 
@@ -264,6 +294,43 @@ mod tests {
             }
         );
         assert!(matches!(verdict("n2", true, &a), Verdict::Forgot { .. }));
+    }
+
+    /// A `join` (or `peers`) list naming nodes of two clusters is refused with each id
+    /// and who answered it, even where one of them knows this node (issue 24, item 1).
+    #[test]
+    fn nodes_of_two_clusters_are_refused_naming_each_cluster() {
+        let of = |id: u8, members: &[&str]| {
+            let mut answer = info(true, members, members);
+            if let Some(a) = answer.as_mut() {
+                a.cluster = Some(ClusterId::from_bytes([id; 16]));
+            }
+            answer
+        };
+        let a = answers(vec![
+            ("n1", of(1, &["n1", "n2"])),
+            ("n2", of(1, &["n1", "n2"])),
+            ("n5", of(2, &["n5", "n9"])),
+            ("n6", None),
+        ]);
+        for joining in [true, false] {
+            assert_eq!(
+                verdict("n9", joining, &a),
+                Verdict::TwoClusters(BTreeMap::from([
+                    (
+                        ClusterId::from_bytes([1; 16]),
+                        vec!["n1".into(), "n2".into()]
+                    ),
+                    (ClusterId::from_bytes([2; 16]), vec!["n5".into()]),
+                ]))
+            );
+        }
+        // One cluster's answers, with or without an id yet (an upgraded replica): go on.
+        let a = answers(vec![
+            ("n1", of(1, &["n1"])),
+            ("n2", info(true, &["n1"], &["n1"])),
+        ]);
+        assert_eq!(verdict("n9", true, &a), Verdict::Go);
     }
 
     #[test]

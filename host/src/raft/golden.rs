@@ -189,6 +189,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             formed: true,
             raft_members: vec!["n1".into(), "n2".into(), "n3".into()],
             members: vec!["n1".into(), "n2".into()],
+            cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
         },
     ));
     for (name, proposal) in proposals() {

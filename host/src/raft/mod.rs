@@ -654,13 +654,13 @@ impl Control {
         }
     }
 
-    /// The applied cluster state. Hold the lock briefly: applying waits for it.
     /// The cluster's id, set once the replica has one: the envelope layer stamps and
     /// checks it (`cluster/identity.rs`).
     pub fn cluster_id(&self) -> crate::cluster::ClusterCell {
         self.shared.cluster_id.clone()
     }
 
+    /// The applied cluster state. Hold the lock briefly: applying waits for it.
     pub fn state(&self) -> Arc<RwLock<Cluster>> {
         self.shared.cluster.clone()
     }

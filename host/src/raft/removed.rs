@@ -131,6 +131,7 @@ mod tests {
             formed: true,
             raft_members: raft.iter().map(|s| s.to_string()).collect(),
             members: members.iter().map(|s| s.to_string()).collect(),
+            cluster: None,
         })
     }
 
@@ -173,6 +174,7 @@ mod tests {
             formed: false,
             raft_members: vec![],
             members: vec![],
+            cluster: None,
         });
         let answers = vec![("n1".into(), gone), ("n2".into(), unformed)];
         assert_eq!(verdict("n3", VOTERS, &answers), None);

@@ -236,6 +236,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 image.applied, meta.last_log_id
             )));
         }
+        // A replica's cluster id never changes (`cluster/identity.rs`): a snapshot of
+        // another cluster (or one without the id this replica already applied) can only
+        // come from a mix-up that the envelope check could not see (a sender without an
+        // id). Refused before anything is written.
+        if let Some(&ours) = self.cluster_id.get()
+            && image.cluster.id != Some(ours)
+        {
+            return Err(db::read(format!(
+                "refusing a snapshot of {}: this replica is of cluster {ours}",
+                image
+                    .cluster
+                    .id
+                    .map_or("a cluster without an id".to_string(), |id| format!(
+                        "cluster {id}"
+                    ))
+            )));
+        }
         save(
             self.db.clone(),
             &Stored {
