@@ -123,13 +123,6 @@ fn a_node_waiting_for_its_peers_stops_cleanly_when_asked() {
     );
 }
 
-/// The cluster's id from `tenure status --json`, once it has one.
-fn cluster_id(cluster: &Cluster, at: usize) -> Option<String> {
-    cluster.status_via(at)["cluster"]
-        .as_str()
-        .map(str::to_string)
-}
-
 /// Two clusters trust one CA and use the same node names (staging and production on a
 /// company CA). One of B's nodes comes back on the address A's n2 had (a reused IP), so
 /// A's leader, replicating to "n2", reaches it. Its appends and votes are those of a
@@ -147,8 +140,8 @@ fn a_node_of_another_cluster_on_a_reused_address_is_refused_and_nothing_mixes() 
     a.start();
     let mut b = Cluster::builder(3).ca_of(a.ca_dir()).build();
     b.start();
-    let id_a = a.wait("A has its id", WAIT, |c| cluster_id(c, 0));
-    let id_b = b.wait("B has its id", WAIT, |c| cluster_id(c, 0));
+    let id_a = a.wait("A has its id", WAIT, |c| c.cluster_id(0));
+    let id_b = b.wait("B has its id", WAIT, |c| c.cluster_id(0));
     assert_ne!(id_a, id_b);
     a.wait("A's counter counts", WAIT, |c| {
         (counts(&c.merged()).len() >= 2).then_some(())

@@ -21,11 +21,7 @@ fn a_survivor_recovers_the_cluster_after_the_majority_is_lost() {
     let survivor = c.index(&c.wait_leader());
     let name = c.name(survivor).to_string();
     let lost: Vec<usize> = (0..3).filter(|&i| i != survivor).collect();
-    let old_id = c.wait("the cluster's id", WAIT, |c| {
-        c.status_via(survivor)["cluster"]
-            .as_str()
-            .map(str::to_string)
-    });
+    let old_id = c.wait("the cluster's id", WAIT, |c| c.cluster_id(survivor));
 
     eprintln!("phase: {name} survives; the two others are lost for good");
     for &i in &lost {

@@ -24,9 +24,7 @@ fn a_cluster_is_restored_from_a_snapshot_after_every_node_is_lost() {
 
     eprintln!("phase: snapshot save through the leader");
     let leader = c.index(&c.wait_leader());
-    let old_id = c.wait("the cluster's id", WAIT, |c| {
-        c.status_via(leader)["cluster"].as_str().map(str::to_string)
-    });
+    let old_id = c.wait("the cluster's id", WAIT, |c| c.cluster_id(leader));
     let file = c.node(leader).dir().parent().unwrap().join("backup.snap");
     let file_arg = file.to_str().unwrap().to_string();
     let saved = c.admin_as(leader, OPERATOR, &["snapshot", "save", &file_arg]);

@@ -639,6 +639,11 @@ impl Cluster {
         self.status_via(*self.alive_nodes().first().expect("a running node"))
     }
 
+    /// The cluster's id as node `at` reports it (`tenure status --json`), once it has one.
+    pub fn cluster_id(&self, at: usize) -> Option<String> {
+        self.status_via(at)["cluster"].as_str().map(str::to_string)
+    }
+
     /// `tenure status --json` as the operator, asked of node `at`, parsed.
     pub fn status_via(&self, at: usize) -> Value {
         let output = self.admin_as(at, OPERATOR, &["status", "--json"]);

@@ -163,6 +163,5 @@ pub async fn serve(
 
 /// Seconds since the Unix epoch (0 before it).
 fn unix_secs(at: std::time::SystemTime) -> u64 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::envelope::unix_ms(at) / 1000
 }
