@@ -233,3 +233,101 @@ fn a_node_of_another_cluster_on_a_reused_address_is_refused_and_nothing_mixes() 
     assert_increasing(&counts(&a.merged()));
     assert_safe(&a.merged(), "counter", 1);
 }
+
+/// The member list's learners (`tenure member list --json`, any live node).
+fn learners(cluster: &Cluster) -> Option<Vec<String>> {
+    let out = cluster.admin(&["member", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let members = list["members"].as_array()?;
+    let voters = members.iter().filter(|m| m["voter"] == true).count();
+    (voters == 3 && members.len() == 4).then(|| {
+        members
+            .iter()
+            .filter(|m| m["voter"] == false)
+            .filter_map(|m| m["name"].as_str().map(str::to_owned))
+            .collect()
+    })
+}
+
+/// One process per name (issue 24, item 7). A node (a learner, so that two copies of its
+/// Raft store do not vote) is frozen while it runs a slot, and a second process starts on
+/// a copy of its data dir, as when a machine takes over a disk whose old machine may
+/// still run. The second process is a newer run of the same store: it must not get the
+/// node's session until the old one has expired by the ordinary rule, so the slot moves
+/// only after the old process's deadline, and the old process, once resumed, stops its
+/// plugin first. Before, the second process's session vacated the slot at once and a
+/// successor ran while the old process still held its lease.
+#[test]
+fn a_second_run_of_a_store_gets_no_session_until_the_first_ones_has_expired() {
+    // A long TTL: the old process is resumed once the second one is refused, and it must
+    // still be within its lease then (a process frozen past its deadline logs its stop
+    // only when it resumes, which the checker would count as running on).
+    let mut cluster = Cluster::builder(3).ttl(Duration::from_secs(6)).build();
+    cluster.start();
+    // A fourth node joins: the voters stay three, so it is a learner.
+    let old = cluster.add_joiner();
+    cluster.spawn(old);
+    cluster.install_plugin_everywhere(
+        "beat",
+        &manifest("beat", 4, "1.0.0"),
+        &plugins().heartbeat_bytes(),
+    );
+    cluster.wait_owners("beat", 4, |_| true);
+    let learner = cluster.wait("three voters and a learner", WAIT, |c| {
+        learners(c).and_then(|l| l.into_iter().next())
+    });
+    assert_eq!(learner, cluster.name(old));
+    cluster.pause(old);
+    let twin = cluster.add_twin(old);
+    cluster.spawn(twin);
+    // The second process either waits for the session (the rule) or gets it, and a
+    // successor starts while the old process is frozen (before the rule).
+    let waited = cluster.wait("the second process to wait or to run a slot", WAIT, |c| {
+        let events = c.events_of(twin);
+        if events.iter().any(|e| is("session.waiting").matches(e)) {
+            return Some(true);
+        }
+        events
+            .iter()
+            .any(|e| is("plugin.started").matches(e))
+            .then_some(false)
+    });
+    cluster.resume(old);
+    let waiting = cluster.events_of(twin);
+    let told = waiting
+        .iter()
+        .find(|e| is("session.waiting").matches(e))
+        .map(|e| e["reason"].as_str().unwrap_or("").to_owned());
+    // Now the old process loses its lease (no renewal is acknowledged), its session
+    // expires, and the second process gets the session and a slot.
+    cluster.wait("the second process to run a slot", WAIT, |c| {
+        c.events_of(twin)
+            .iter()
+            .any(|e| is("plugin.started").matches(e))
+            .then_some(())
+    });
+    assert_safe(&cluster.merged(), "beat", 4);
+    assert!(
+        waited,
+        "the second process ran a slot without waiting for the old session"
+    );
+    let told = told.expect("the second process said why it waits");
+    assert!(
+        told.contains("earlier run") && told.contains("expires a TTL after its last renewal"),
+        "{told}"
+    );
+    // The old process's lease ran out (its renewals were refused: every node that heard
+    // the newer run refuses the older one's envelopes) before the newer run's session.
+    let merged = cluster.merged();
+    let at = |label: &str, event: &str| {
+        merged
+            .iter()
+            .position(|e| e["_node"] == label && is(event).matches(e))
+            .unwrap_or_else(|| panic!("{label} wrote no {event}"))
+    };
+    let name = cluster.name(old).to_owned();
+    assert!(
+        at(&name, "lease.lost") < at(&format!("{name}'"), "session.opened"),
+        "the second process opened its session before the first one lost its lease"
+    );
+}

@@ -151,7 +151,7 @@ fn the_cluster_of_262d90b_runs_on_this_build_with_everything_kept() {
     for (k, node) in nodes.iter().enumerate() {
         let migrated = node.wait_for(
             "the store migrated from format 1",
-            is("store.migrated").with("from", 1).with("to", 3).f(),
+            is("store.migrated").with("from", 1).with("to", 4).f(),
             WAIT,
         );
         let backup = PathBuf::from(migrated["backup"].as_str().unwrap());
@@ -263,7 +263,7 @@ fn a_data_dir_of_a_newer_format_is_refused_naming_both_and_left_as_it_was() {
     for part in [
         "format 99",
         "tenure 9.9.9",
-        "formats 1 to 3",
+        "formats 1 to 4",
         "nothing was changed",
     ] {
         assert!(stderr.contains(part), "{part:?} not in: {stderr}");
@@ -278,9 +278,9 @@ fn version_names_the_formats_and_protocols() {
     let text = String::from_utf8(out.stdout).unwrap();
     for part in [
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
-        "store format 3 (reads formats 1 to 3)",
-        "node protocol tenure/3",
-        "operator protocol tenure-operator/5",
+        "store format 4 (reads formats 1 to 4)",
+        "node protocol tenure/4",
+        "operator protocol tenure-operator/6",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");
     }

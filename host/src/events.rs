@@ -92,6 +92,10 @@ pub const CLUSTER_IDENTIFIED: &str = "cluster.identified";
 pub const CLUSTER_REJOINED: &str = "cluster.rejoined";
 /// This node opened a session (`session`).
 pub const SESSION_OPENED: &str = "session.opened";
+/// This node may not open a session yet (`reason`): another process under its name holds
+/// one (an earlier run of its store, whose session must expire first, or another data
+/// dir), or this process was superseded by a newer run (`cluster/sessions.rs`).
+pub const SESSION_WAITING: &str = "session.waiting";
 /// The leader committed the expiry of a node's session: its slots are vacant.
 pub const SESSION_EXPIRED: &str = "session.expired";
 /// A new leader learned from a majority of voters where the session clocks of its term

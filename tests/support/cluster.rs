@@ -173,6 +173,9 @@ impl ClusterBuilder {
 pub struct Member {
     /// `n1`, `n2`, … (also its certificate's name).
     pub name: String,
+    /// What its events are tagged with (`_node`): its name, or `NAME'` for a second
+    /// process under the same name ([`Cluster::add_twin`]).
+    pub label: String,
     /// The address it listens on and peers dial.
     pub addr: String,
     pub node: Node,
@@ -382,6 +385,7 @@ impl Cluster {
         node.set_config(file);
         node.set_wrapper(wrapper);
         self.members.push(Member {
+            label: name.clone(),
             name,
             addr,
             node,
@@ -560,6 +564,43 @@ impl Cluster {
         member.addr = addr.to_string();
     }
 
+    /// A second process for node `i`'s name: a new member of the harness (returned)
+    /// whose data dir and plugins are copies of node `i`'s, taken now, with the same
+    /// name, certificate and config, listening on a port of its own. Its events are tagged
+    /// `NAME'` so that a merged log keeps the two processes apart. How a machine that took
+    /// over a node's disk, or a copy of its data dir started by mistake, looks to the
+    /// cluster. Node `i` should be paused or stopped while its files are copied.
+    pub fn add_twin(&mut self, i: usize) -> usize {
+        let port = free_ports(1)[0];
+        let addr = format!("127.0.0.1:{port}");
+        let original = &self.members[i];
+        let mut node = Node::new(&format!("{}-twin", original.name));
+        copy_dir(&original.node.data_dir(), &node.data_dir());
+        copy_dir(&original.node.plugins_dir(), &node.plugins_dir());
+        let config = std::fs::read_to_string(original.node.dir().join("tenure.toml")).unwrap();
+        let old = format!(
+            "listen = {}",
+            serde_json::to_string(&original.addr).unwrap()
+        );
+        assert!(config.contains(&old), "no {old} in {config}");
+        let config = config.replace(
+            &old,
+            &format!("listen = {}", serde_json::to_string(&addr).unwrap()),
+        );
+        let file = node.dir().join("tenure.toml");
+        std::fs::write(&file, config).unwrap();
+        node.set_config(file);
+        let name = original.name.clone();
+        self.members.push(Member {
+            label: format!("{name}'"),
+            name,
+            addr,
+            node,
+            expected: false,
+        });
+        self.members.len() - 1
+    }
+
     /// Freezes node `i` (SIGSTOP). It keeps its sockets but does nothing.
     pub fn pause(&self, i: usize) {
         self.members[i].node.signal(libc::SIGSTOP);
@@ -665,7 +706,7 @@ impl Cluster {
 
     /// Node `i`'s events, every run, each tagged with `_node`.
     pub fn events_of(&self, i: usize) -> Vec<Value> {
-        let name = &self.members[i].name;
+        let name = &self.members[i].label;
         let mut events = self.members[i].node.all_events();
         for event in &mut events {
             if let Some(object) = event.as_object_mut() {
@@ -1181,4 +1222,18 @@ pub fn counting_cluster(ttl: std::time::Duration) -> Cluster {
     });
     c.wait_owners("pair", 2, |_| true);
     c
+}
+
+/// Copies the files under `from` into `to` (made if missing), recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }

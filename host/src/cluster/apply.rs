@@ -62,11 +62,18 @@ impl Cluster {
                     id: index,
                     opened_ms: at_ms,
                 });
+                self.session_processes.remove(&node);
                 if old.is_some() {
                     self.vacate_node(&node, index, at_ms, HistoryKind::Expired);
                 }
                 Response::Session(index)
             }
+            Command::OpenSessionOf {
+                node,
+                at_ms,
+                process,
+                ended,
+            } => self.open_session_of(index, node, at_ms, process, ended),
             Command::EndSession {
                 node,
                 session,
@@ -83,6 +90,7 @@ impl Cluster {
                     return Response::Stale;
                 }
                 member.session = None;
+                self.session_processes.remove(&node);
                 let kind = if expired_in.is_some() {
                     HistoryKind::Expired
                 } else {
@@ -385,7 +393,7 @@ impl Cluster {
     }
 
     /// Vacates every slot `node` holds.
-    fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
+    pub(super) fn vacate_node(&mut self, node: &str, index: u64, at_ms: u64, kind: HistoryKind) {
         let held: Vec<(String, u32, u64, u64)> = self
             .slots_of(node)
             .map(|(r, n, s)| (r.to_owned(), n, s.token, s.term))

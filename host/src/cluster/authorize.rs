@@ -18,7 +18,7 @@
 //!
 //! | command | a member may propose it when | otherwise |
 //! |---|---|---|
-//! | `Join`, `Advertise`, `AdvertiseChanges`, `OpenSession` | it names the member itself | forbidden |
+//! | `Join`, `Advertise`, `AdvertiseChanges`, `OpenSession`, `OpenSessionOf` | it names the member itself | forbidden |
 //! | `EndSession` without `expired_in` (a clean leave) | it names the member itself | forbidden |
 //! | `EndSession` with `expired_in` (an expiry) | never: the leader's decision | forbidden |
 //! | `Assign` | never: the leader's decision | forbidden |
@@ -51,7 +51,9 @@ pub fn authorize(cluster: &Cluster, by: &str, command: &Command) -> Result<(), S
         Command::Advertise { node, .. } | Command::AdvertiseChanges { node, .. } => {
             itself(node, "adverts")
         }
-        Command::OpenSession { node, .. } => itself(node, "a session"),
+        Command::OpenSession { node, .. } | Command::OpenSessionOf { node, .. } => {
+            itself(node, "a session")
+        }
         Command::EndSession {
             node,
             expired_in: None,
@@ -250,6 +252,19 @@ mod tests {
                 Command::OpenSession {
                     node: "n1".into(),
                     at_ms: 0,
+                },
+                true,
+                false,
+            ),
+            (
+                Command::OpenSessionOf {
+                    node: "n1".into(),
+                    at_ms: 0,
+                    process: crate::cluster::Process {
+                        store: crate::cluster::StoreId::from_bytes([1; 16]),
+                        incarnation: 1,
+                    },
+                    ended: None,
                 },
                 true,
                 false,

@@ -26,71 +26,111 @@ use std::sync::{Arc, OnceLock};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
-/// A cluster's id: 128 random bits, written as 32 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClusterId([u8; 16]);
+/// Defines a 128-bit random id type: 16 bytes in postcard (fixed, no length), 32
+/// lowercase hex digits in JSON and in messages.
+macro_rules! random_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name([u8; 16]);
 
-impl ClusterId {
-    /// A new random id.
-    ///
-    /// # Panics
-    /// If the system's random number generator fails.
-    pub fn random() -> ClusterId {
-        let mut bytes = [0; 16];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .expect("the system random number generator works");
-        ClusterId(bytes)
-    }
+        impl $name {
+            /// A new random id.
+            ///
+            /// # Panics
+            /// If the system's random number generator fails.
+            pub fn random() -> $name {
+                let mut bytes = [0; 16];
+                SystemRandom::new()
+                    .fill(&mut bytes)
+                    .expect("the system random number generator works");
+                $name(bytes)
+            }
 
-    /// The id with these bytes (tests and golden samples).
-    pub const fn from_bytes(bytes: [u8; 16]) -> ClusterId {
-        ClusterId(bytes)
-    }
-}
+            /// The id with these bytes (stores, tests and golden samples).
+            pub const fn from_bytes(bytes: [u8; 16]) -> $name {
+                $name(bytes)
+            }
 
-impl fmt::Display for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl fmt::Debug for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ClusterId({self})")
-    }
-}
-
-impl FromStr for ClusterId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<ClusterId, String> {
-        let mut bytes = [0; 16];
-        hex::decode_to_slice(s, &mut bytes)
-            .map_err(|_| format!("{s:?} is not a cluster id (32 hex digits)"))?;
-        Ok(ClusterId(bytes))
-    }
-}
-
-/// 16 bytes in postcard (fixed, no length); a hex string in JSON (`tenure status --json`).
-impl Serialize for ClusterId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if serializer.is_human_readable() {
-            serializer.collect_str(self)
-        } else {
-            self.0.serialize(serializer)
+            /// Its 16 bytes.
+            pub const fn bytes(&self) -> [u8; 16] {
+                self.0
+            }
         }
-    }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&hex::encode(self.0))
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({self})", stringify!($name))
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<$name, String> {
+                let mut bytes = [0; 16];
+                hex::decode_to_slice(s, &mut bytes)
+                    .map_err(|_| format!("{s:?} is not a {} id (32 hex digits)", $what))?;
+                Ok($name(bytes))
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                if serializer.is_human_readable() {
+                    serializer.collect_str(self)
+                } else {
+                    self.0.serialize(serializer)
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<$name, D::Error> {
+                if deserializer.is_human_readable() {
+                    let text = String::deserialize(deserializer)?;
+                    text.parse().map_err(de::Error::custom)
+                } else {
+                    <[u8; 16]>::deserialize(deserializer).map($name)
+                }
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for ClusterId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ClusterId, D::Error> {
-        if deserializer.is_human_readable() {
-            let text = String::deserialize(deserializer)?;
-            text.parse().map_err(de::Error::custom)
-        } else {
-            <[u8; 16]>::deserialize(deserializer).map(ClusterId)
-        }
+random_id!(
+    /// A cluster's id: 128 random bits, chosen by its first leader.
+    ClusterId,
+    "cluster"
+);
+
+random_id!(
+    /// A store's id: 128 random bits, chosen when a node's Raft store is made (or, for a
+    /// store of format 3 or older, when it is migrated) and kept in its format record
+    /// (`raft/format.rs`). A data dir that is emptied or replaced gets a new one, so two
+    /// processes under one name are told apart by it: a restart keeps the store, a second
+    /// process on another data dir does not (`apply.rs`, sessions).
+    StoreId,
+    "store"
+);
+
+/// The process behind a member's session: its store and its run (the incarnation, chosen
+/// at each start, never below the wall clock in microseconds: `node/mod.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub store: StoreId,
+    pub incarnation: u64,
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store {} incarnation {}", self.store, self.incarnation)
     }
 }
 

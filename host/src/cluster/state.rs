@@ -37,6 +37,26 @@ pub struct Cluster {
     /// it (`raft/format.rs` migrates by appending `None`).
     #[serde(default)]
     pub id: Option<super::ClusterId>,
+    /// The process behind each member's open session, by member name, for sessions opened
+    /// with [`Command::OpenSessionOf`] (a session opened before, with
+    /// [`Command::OpenSession`], has none). Kept beside `members` rather than in
+    /// [`Session`], and last, so that a format-3 snapshot image is this one without it
+    /// (`raft/format.rs` migrates by appending an empty map).
+    #[serde(default)]
+    pub session_processes: BTreeMap<String, SessionProcess>,
+}
+
+/// Which process opened a member's session, and whether a newer run of its store has
+/// asked for the session since (`apply.rs`, "Sessions").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionProcess {
+    /// The session it opened ([`Session::id`]).
+    pub session: u64,
+    /// `None` for a session opened by a build before store ids, once a newer run asked.
+    pub process: Option<super::Process>,
+    /// A newer run of the same store asked to open a session: the leader acknowledges
+    /// no renewal of this one any more, and it expires by the ordinary rule.
+    pub superseded_by: Option<super::Process>,
 }
 
 /// What an operator revoked, besides the key.
@@ -250,7 +270,9 @@ pub enum Command {
         remove: Vec<String>,
     },
     /// Opens a new session for a node (closing any previous one and vacating its slots).
-    /// Answered with [`Response::Session`].
+    /// Answered with [`Response::Session`]. Proposed by builds before format 4; applied
+    /// as it always was, for the logs they wrote. This build proposes
+    /// [`Command::OpenSessionOf`].
     OpenSession { node: String, at_ms: u64 },
     /// Ends a session: its slots become vacant. Proposed by the leader when renewals
     /// stopped (`expired_in`: the term of the leader that saw them stop), or by the node
@@ -335,6 +357,17 @@ pub enum Command {
     /// of a new cluster, or of one upgraded from a store without ids). Applied only while
     /// the cluster has none: an id never changes (`identity.rs`).
     Identify { cluster: super::ClusterId },
+    /// Opens a session for a node, naming the process that asks (its store and run) and
+    /// the session this process held before and knows is over (its deadline passed and
+    /// its plugins stopped), if any. Answered with [`Response::Session`]; a repeated
+    /// request of the same process is answered with the session it opened, and a request
+    /// of another process while the session lives is refused (`apply.rs`, "Sessions").
+    OpenSessionOf {
+        node: String,
+        at_ms: u64,
+        process: super::Process,
+        ended: Option<u64>,
+    },
 }
 
 /// The answer to a command, once applied.

@@ -14,7 +14,8 @@ use crate::api::{
     listing,
 };
 use crate::cluster::{
-    Advert, Cluster, ClusterId, Command, Handover, Outcome, Pool, Proposal, Response,
+    Advert, Cluster, ClusterId, Command, Handover, Outcome, Pool, Process, Proposal, Response,
+    StoreId,
 };
 use crate::envelope::{Envelope, Sealer};
 use crate::node::{Ask, Heard, LEADER_HEARD, RENEW, Renew, Renewed};
@@ -179,6 +180,16 @@ pub(crate) fn commands() -> Vec<Command> {
         Command::Identify {
             cluster: CLUSTER_ID,
         },
+        // 21: n1's session 3 ended at 19, so this opens session 21.
+        Command::OpenSessionOf {
+            node: "n1".into(),
+            at_ms: T0 + 21,
+            process: Process {
+                store: StoreId::from_bytes([0x5b; 16]),
+                incarnation: 1_767_225_600_000_000,
+            },
+            ended: Some(3),
+        },
     ]
 }
 
@@ -190,8 +201,14 @@ const CLUSTER_ID: ClusterId = ClusterId::from_bytes([
 /// The cluster after [`commands`] (each applied alone at its index, in term 3), and the
 /// answers, checked so that the samples stay states `apply` reaches.
 pub(crate) fn cluster() -> Cluster {
+    cluster_after(commands().len())
+}
+
+/// The cluster after the first `n` of [`commands`]: the samples of an older format, which
+/// had fewer kinds (`raft/format_tests.rs`).
+pub(crate) fn cluster_after(n: usize) -> Cluster {
     let mut cluster = Cluster::default();
-    for (i, command) in commands().into_iter().enumerate() {
+    for (i, command) in commands().into_iter().take(n).enumerate() {
         let index = i as u64 + 1;
         let response = cluster.apply(index, 3, command.clone());
         assert!(
@@ -466,6 +483,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::Revoke { .. } => "revoke",
         Command::Remove { .. } => "remove",
         Command::Identify { .. } => "identify",
+        Command::OpenSessionOf { .. } => "open-session-of",
     }
 }
 
@@ -518,7 +536,7 @@ fn every_kind_has_a_sample() {
     let commands: BTreeSet<_> = commands().iter().map(command_kind).collect();
     assert_eq!(
         commands.len(),
-        15,
+        16,
         "command kinds with a sample: {commands:?}"
     );
     let responses: BTreeSet<_> = responses().iter().map(response_kind).collect();

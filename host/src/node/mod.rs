@@ -192,7 +192,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Only the fault checker's deliberately broken build runs without self-demotion.
     let enforced = std::env::var_os(UNSAFE_NO_SELF_DEMOTION).is_none();
-    let shared = Arc::new(Shared::new(config.name.clone(), control, timing, enforced));
+    let shared = Arc::new(Shared::new(
+        config.name.clone(),
+        control,
+        timing,
+        enforced,
+        incarnation,
+    ));
     let plugin_threads = PluginThreads::start()?;
     shared.set_rpc(rpc.clone());
     let liveness = Arc::new(Liveness::default());
@@ -238,6 +244,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         listen = %bound,
         advertise = %advertise,
         data_dir = %config.data_dir.display(),
+        store = %shared.process.store,
+        incarnation = shared.process.incarnation,
         plugins_dir = %config.plugins_dir.display(),
         pooling = runtime.pooling(),
         ttl_ms = config.ttl.as_millis() as u64,

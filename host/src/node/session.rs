@@ -50,6 +50,8 @@ pub async fn keep(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let every = shared.timing.renew_every();
+    // The session this process held before, which it knows is over.
+    let mut ended = None;
     loop {
         // A new session only once the previous deadline has passed and every plugin of
         // the old session has stopped (`plugin.stopped` written): opening it vacates the
@@ -69,7 +71,7 @@ pub async fn keep(
             }
         }
         let session = tokio::select! {
-            session = open(&shared, every) => session,
+            session = open(&shared, every, ended) => session,
             _ = stop.wait_for(|s| *s) => return,
         };
         shared.with_lease(|l| l.opened(session));
@@ -80,6 +82,8 @@ pub async fn keep(
             Some(why) => lost(&shared, session, why),
             None => return,
         }
+        // Over for this process once the wait at the top of the loop has passed.
+        ended = Some(session);
     }
 }
 
@@ -170,15 +174,27 @@ fn lost(shared: &Shared, session: u64, why: &str) {
     tracing::warn!(event = events::LEASE_LOST, node = %shared.me, session, reason = why, "lease lost: {why}");
 }
 
-/// Opens a session, retrying until it is committed.
-async fn open(shared: &Shared, every: Duration) -> u64 {
+/// Opens a session for this process, retrying until it is committed; `ended` is the
+/// session this process held before, whose deadline has passed and whose plugins have
+/// stopped. A refusal (another process holds the session, `cluster/sessions.rs`) is
+/// logged once per reason, and asked again.
+async fn open(shared: &Shared, every: Duration, ended: Option<u64>) -> u64 {
+    let mut told = String::new();
     loop {
-        let command = Command::OpenSession {
+        let command = Command::OpenSessionOf {
             node: shared.me.clone(),
             at_ms: now_ms(),
+            process: shared.process,
+            ended,
         };
         match shared.propose(command).await {
             Ok(Response::Session(id)) => return id,
+            Ok(Response::Refused(why)) => {
+                if why != told {
+                    tracing::warn!(event = events::SESSION_WAITING, node = %shared.me, reason = %why, "no session yet: {why}");
+                    told = why;
+                }
+            }
             Ok(other) => {
                 tracing::warn!(event = events::CONTROL_ERROR, answer = ?other, "cannot open a session")
             }
@@ -233,7 +249,10 @@ pub async fn answer(
             .and_then(|m| m.session.as_ref())
             .map(|s| s.id)
     });
-    if current != Some(session) || !liveness.renewed(term, node, session, received) {
+    // A session a newer run of the node's store asked for is renewed no more: it
+    // expires by the ordinary rule (`cluster/sessions.rs`).
+    let superseded = shared.read(|c| c.superseded(node, session));
+    if current != Some(session) || superseded || !liveness.renewed(term, node, session, received) {
         return Ok(Renewed::UnknownSession);
     }
     Ok(Renewed::Ok)

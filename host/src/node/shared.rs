@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::cluster::{Cluster, Command, Response};
+use crate::cluster::{Cluster, Command, Process, Response};
 use crate::ownership::{Lease, LeaseTiming};
 use crate::raft::Control;
 use crate::rpc::Rpc;
@@ -14,6 +14,9 @@ use crate::supervisor::LiveStarts;
 
 pub struct Shared {
     pub me: String,
+    /// This process: the node's store and this run's incarnation. It opens the node's
+    /// sessions (`cluster/sessions.rs`).
+    pub process: Process,
     pub control: Control,
     pub timing: LeaseTiming,
     lease: Mutex<Lease>,
@@ -31,9 +34,19 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(me: String, control: Control, timing: LeaseTiming, enforced: bool) -> Self {
+    pub fn new(
+        me: String,
+        control: Control,
+        timing: LeaseTiming,
+        enforced: bool,
+        incarnation: u64,
+    ) -> Self {
         Self {
             me,
+            process: Process {
+                store: control.store_id(),
+                incarnation,
+            },
             control,
             timing,
             lease: Mutex::new(Lease::new(timing)),

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `version` | the store format, a `u32`, 4 bytes little-endian |
 //! | `writer` | the build that last opened the store for writing, UTF-8 (`tenure 0.1.0`) |
+//! | `store` | the store's id (`cluster/identity.rs`), its 16 bytes; since format 4 |
 //!
 //! Keys may be added later without a new format (a reader ignores keys it does not
 //! know); a value's encoding never changes.
@@ -45,7 +46,7 @@ use redb::{
 use super::db::FILE;
 
 /// The store format this build writes.
-pub const STORE_FORMAT: u32 = 3;
+pub const STORE_FORMAT: u32 = 4;
 
 /// Every store format this build reads, oldest first, with what it is.
 pub const FORMATS: &[(u32, &str)] = &[
@@ -61,12 +62,17 @@ pub const FORMATS: &[(u32, &str)] = &[
         3,
         "format 2, the cluster id as the snapshot image's last field, and the log entry that sets it (`Identify`)",
     ),
+    (
+        4,
+        "format 3, the store id in the format record, the session processes as the snapshot image's last field, and the log entry that opens a session naming its process (`OpenSessionOf`)",
+    ),
 ];
 
 /// The table of the format record.
 pub(crate) const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("format");
 const VERSION: &str = "version";
 const WRITER: &str = "writer";
+const STORE: &str = "store";
 
 /// The build, as the record names it.
 pub fn writer() -> String {
@@ -212,6 +218,9 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
 /// - 1 → 2: none (the record is added);
 /// - 2 → 3: the stored snapshot's image gains the cluster id, `None` (see [`image_from`]).
 ///   Log entries need nothing: `Identify` is a new command kind, after every older one.
+/// - 3 → 4: the image gains the session processes, empty; the record gains the store
+///   id, chosen here (a new store gets one too). Log entries need nothing:
+///   `OpenSessionOf` is a new command kind.
 pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
     if let Plan::Migrate { from, .. } = plan {
         migrate_snapshot(*from, tx)
@@ -226,7 +235,31 @@ pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
     table
         .insert(WRITER, writer().as_bytes())
         .map_err(|e| e.to_string())?;
+    if redb::ReadableTable::get(&table, STORE)
+        .map_err(|e| e.to_string())?
+        .is_none()
+    {
+        let id = crate::cluster::StoreId::random();
+        table
+            .insert(STORE, id.bytes().as_slice())
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
+}
+
+/// The store id in the record of an open store (every store has one once [`apply`] ran).
+pub(crate) fn store_id(db: &impl ReadableDatabase) -> Result<crate::cluster::StoreId, String> {
+    let tx = db.begin_read().map_err(|e| e.to_string())?;
+    let table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+    let value = table
+        .get(STORE)
+        .map_err(|e| e.to_string())?
+        .ok_or("the format record has no store id")?;
+    let bytes: [u8; 16] = value
+        .value()
+        .try_into()
+        .map_err(|_| format!("the store id has {} bytes, not 16", value.value().len()))?;
+    Ok(crate::cluster::StoreId::from_bytes(bytes))
 }
 
 /// A snapshot image (`state_machine::Image`) encoded in store format `from`, in this
@@ -236,6 +269,10 @@ pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
 /// older image is the new one without that byte.
 pub(crate) fn image_from(from: u32, mut image: Vec<u8>) -> Vec<u8> {
     if from < 3 {
+        image.push(0);
+    }
+    // Format 4 added the session processes after it: an empty map is one zero byte too.
+    if from < 4 {
         image.push(0);
     }
     image

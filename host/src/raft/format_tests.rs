@@ -265,8 +265,32 @@ fn a_format_2_snapshot_image_reads_after_its_migration() {
     );
     let image: super::state_machine::Image =
         postcard::from_bytes(&format::image_from(2, old)).unwrap();
-    let mut expected = crate::golden::samples::cluster();
-    assert!(expected.id.is_some(), "the samples identify their cluster");
-    expected.id = None;
+    // Format 2's samples were the first 19 commands (`Identify` came with format 3).
+    let expected = crate::golden::samples::cluster_after(19);
+    assert!(expected.id.is_none());
+    assert_eq!(image.cluster, expected);
+}
+
+/// Format 3's snapshot image of the golden samples (kept in `tests/fixtures/format-3`)
+/// reads in this build after [`format::image_from`]: the same state, with no session
+/// processes (format 4).
+#[test]
+fn a_format_3_snapshot_image_reads_after_its_migration() {
+    let hex: String = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-3/snapshot-image.hex"),
+    )
+    .unwrap()
+    .split_whitespace()
+    .collect();
+    let old = hex::decode(hex).unwrap();
+    assert!(
+        postcard::from_bytes::<super::state_machine::Image>(&old).is_err(),
+        "format 3's bytes read as they are: the migration would be pointless"
+    );
+    let image: super::state_machine::Image =
+        postcard::from_bytes(&format::image_from(3, old)).unwrap();
+    // Format 3's samples were the first 20 commands (`OpenSessionOf` came with format 4).
+    let expected = crate::golden::samples::cluster_after(20);
+    assert!(expected.id.is_some() && expected.session_processes.is_empty());
     assert_eq!(image.cluster, expected);
 }

@@ -328,6 +328,8 @@ pub(crate) struct Shared {
     cluster: Arc<RwLock<Cluster>>,
     /// The cluster's id once the replica has one (`cluster/identity.rs`).
     cluster_id: crate::cluster::ClusterCell,
+    /// This node's store's id, from its format record (`format.rs`).
+    store: crate::cluster::StoreId,
     applied: watch::Receiver<u64>,
     /// Counts AppendEntries received: a leader has reached this node (`rejoin.rs`).
     appends: watch::Sender<u64>,
@@ -376,6 +378,10 @@ impl Control {
                 path: db::path(&options.data_dir),
                 reason: e.to_string(),
             }
+        })?;
+        let store = format::store_id(&*db).map_err(|reason| ControlError::Storage {
+            path: db::path(&options.data_dir),
+            reason,
         })?;
         let cluster = sm.cluster();
         let cluster_id = sm.cluster_id();
@@ -439,6 +445,7 @@ impl Control {
             endpoint,
             cluster,
             cluster_id,
+            store,
             applied,
             appends: watch::Sender::new(0),
             heard: heard::Heard::new(),
@@ -658,6 +665,12 @@ impl Control {
     /// checks it (`cluster/identity.rs`).
     pub fn cluster_id(&self) -> crate::cluster::ClusterCell {
         self.shared.cluster_id.clone()
+    }
+
+    /// This node's store's id (`format.rs`): with the incarnation, the process that opens
+    /// the node's session (`cluster/sessions.rs`).
+    pub fn store_id(&self) -> crate::cluster::StoreId {
+        self.shared.store
     }
 
     /// The applied cluster state. Hold the lock briefly: applying waits for it.
