@@ -7,7 +7,7 @@
 pub const WIRE_VERSION: u32 = 3;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
-pub const ADMIN_VERSION: u32 = 5;
+pub const ADMIN_VERSION: u32 = 6;
 
 /// What `tenure --version` prints after the name: the version, then the formats and
 /// protocols, a line each.
