@@ -477,7 +477,7 @@ impl AdminClient {
 /// A wait in seconds for messages: `3s`, `1.5s`.
 fn seconds(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{}s", (ms as f64 / 1000.0))
