@@ -52,16 +52,20 @@ fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
     a == b || a.canonicalize().ok() == b.canonicalize().ok()
 }
 
-/// Checks a rejection event: level WARN or ERROR and a non-empty error.
+/// Checks a rejection event: level WARN or ERROR and a non-empty error, said once (not
+/// again in the message) and on one line (a text log shows a newline as a literal `\n`).
 fn assert_rejection(event: &Value) {
     assert!(
         event["level"] == "WARN" || event["level"] == "ERROR",
         "a rejection is a warning or an error: {event}"
     );
+    let error = event["error"].as_str().unwrap_or_default();
+    assert!(!error.is_empty(), "a rejection says what is wrong: {event}");
     assert!(
-        event["error"].as_str().is_some_and(|e| !e.is_empty()),
-        "a rejection says what is wrong: {event}"
+        !message(event).contains(error),
+        "the error is said twice, in the message and its field: {event}"
     );
+    assert!(!error.contains('\n'), "the error spans lines: {event}");
 }
 
 /// Installs heartbeat under `name` and waits for it to start: proof the node still works.

@@ -438,6 +438,7 @@ mod supervisor {
                 state: recorder.clone(),
                 lease: Arc::new(node_lease),
                 live: live.clone(),
+                failures: Arc::default(),
             };
             let grant = Grant {
                 resource: resource.into(),

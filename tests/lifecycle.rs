@@ -396,6 +396,77 @@ fn trap_is_cleaned_up_and_restarted_with_backoff_until_it_fails() {
 }
 
 #[test]
+fn a_plugin_that_keeps_failing_shows_its_last_error_and_when_it_is_tried_again() {
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut node = Node::new("failing");
+    node.set_env("TENURE_METRICS_LISTEN", &metrics.to_string());
+    node.install_fixture(
+        "trap",
+        &format!("{FAST_LIMITS}max_restarts = 1\nrestart_window = \"5m\"\n"),
+    );
+    node.spawn();
+
+    eprintln!("phase: two starts trap, then the node gives the slot up");
+    let failed = node.wait_for(
+        "plugin.failed",
+        is("plugin.failed").with("resource", "trap").f(),
+        WAIT,
+    );
+    let events = node.events();
+    let (_, last_stop) = all(&events, |e| {
+        is("plugin.stopped").with("resource", "trap").matches(e)
+    })
+    .last()
+    .expect("a plugin.stopped of trap");
+    let failed_ms = (timestamp_us(&failed) / 1000) as u64;
+
+    eprintln!("phase: the status (its JSON, as /status serves it) shows why and until when");
+    let deadline = Instant::now() + WAIT;
+    let row = loop {
+        let (code, body) = http_get(metrics, "/status");
+        if code == 200 {
+            let status: Value = serde_json::from_str(&body).unwrap();
+            let row = status["nodes"][0]["plugins"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["resource"] == "trap").cloned());
+            // The skip is replicated: wait until this node has applied the give-up.
+            if let Some(row) = row.filter(|r| !r["cooldown_until_ms"].is_null()) {
+                break row;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no trap row cooling down in /status: {code} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("row: {row}");
+    let failure = &row["last_failure"];
+    assert_eq!(failure["outcome"], "trapped", "{row}");
+    assert_eq!(failure["error"], last_stop["error"], "{row}");
+    assert_eq!(failure["token"], last_stop["token"], "{row}");
+    assert_eq!(failure["failures"], 2, "{row}");
+    assert_eq!(failure["max_restarts"], 1, "{row}");
+    assert!(
+        failure["restart_ms"].is_null(),
+        "gave up: no restart: {row}"
+    );
+    // Cooling down for 60 s from the give-up, as the node does (its own clock).
+    let until = row["cooldown_until_ms"].as_u64().unwrap();
+    assert!(
+        until.abs_diff(failed_ms + 60_000) < 2_000,
+        "cooling down until {until}, gave up at {failed_ms}: {row}"
+    );
+    let at = failure["at_ms"].as_u64().unwrap();
+    assert!(at.abs_diff(failed_ms) < 2_000, "{row}");
+
+    shut_down(&mut node);
+}
+
+#[test]
 fn error_return_is_a_failure_cleaned_up_on_the_same_instance() {
     let mut node = Node::new("error");
     node.install_fixture(

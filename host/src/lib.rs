@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod envelope;
 pub mod events;
+pub mod failures;
 #[cfg(test)]
 mod golden;
 pub mod metrics;

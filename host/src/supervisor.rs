@@ -39,6 +39,7 @@ use tokio::sync::watch;
 
 use crate::catalog::Entry;
 use crate::events;
+use crate::failures::{Failures, LastFailure};
 use crate::ownership::Grant;
 use crate::runtime::{
     BoxFuture, CleanupReason, Failure, Instance, InstanceContext, NodeLease, Plugin, Signals,
@@ -87,6 +88,8 @@ pub struct Deps {
     /// Instances that may still execute `start`, counted so the node opens a new
     /// session only once the old one's are all stopped.
     pub live: LiveStarts,
+    /// Where each failed start is recorded, with what comes next, for `tenure status`.
+    pub failures: Arc<Failures>,
 }
 
 /// Counts instances that may still execute `start`: from just before `plugin.started`
@@ -171,7 +174,7 @@ async fn supervise(
     loop {
         acquired(&grant);
         let run = Run::new(&loaded, grant.clone(), &deps);
-        match run.once(&mut stop).await {
+        let (outcome, error) = match run.once(&mut stop).await {
             Ended::Stopped(reason) => {
                 deps.grants.release(&grant, reason).await;
                 lost(&grant, reason_name(reason));
@@ -181,8 +184,8 @@ async fn supervise(
                 lost(&grant, reason_name(CleanupReason::LeaseLost));
                 return SlotEnd::Stopped(CleanupReason::LeaseLost);
             }
-            Ended::Failed => {}
-        }
+            Ended::Failed { outcome, error } => (outcome, error),
+        };
 
         let now = Instant::now();
         failures.push_back(now);
@@ -193,7 +196,20 @@ async fn supervise(
             failures.pop_front();
         }
         let restarts = failures.len() as u32;
+        // What `tenure status` shows of it (`failures.rs`); the restart time is set below.
+        let mut failure = LastFailure {
+            plugin: loaded.entry.name.clone(),
+            slot: grant.slot,
+            token: grant.token,
+            outcome: outcome.to_owned(),
+            error: error.clone(),
+            at_ms: crate::envelope::unix_ms(std::time::SystemTime::now()),
+            restart_ms: None,
+            failures: restarts,
+            max_restarts: limits.max_restarts,
+        };
         if restarts > limits.max_restarts {
+            deps.failures.record(&grant.resource, failure);
             tracing::error!(
                 event = events::PLUGIN_FAILED,
                 plugin = %loaded.entry.name,
@@ -213,6 +229,8 @@ async fn supervise(
         let backoff = BACKOFF_BASE
             .saturating_mul(1 << (restarts - 1).min(16))
             .min(BACKOFF_MAX);
+        failure.restart_ms = Some(failure.at_ms + backoff.as_millis() as u64);
+        deps.failures.record(&grant.resource, failure);
         tracing::warn!(
             event = events::PLUGIN_RESTARTING,
             plugin = %loaded.entry.name,
@@ -278,7 +296,11 @@ fn lost(grant: &Grant, reason: &str) {
 /// How one start ended, from the loop's point of view.
 enum Ended {
     Stopped(CleanupReason),
-    Failed,
+    /// The start failed: how (`plugin.stopped`'s outcome) and the error in words.
+    Failed {
+        outcome: &'static str,
+        error: String,
+    },
     /// Not started: the node held no valid lease for the grant at the moment of starting.
     NoLease,
 }
@@ -333,9 +355,10 @@ impl<'a> Run<'a> {
         let mut instance = match self.loaded.plugin.instantiate(self.ctx.clone()).await {
             Ok(instance) => instance,
             Err(failure) => {
-                self.stopped(live, failure.outcome(), Some(failure.describe()));
+                let (outcome, error) = (failure.outcome(), failure.describe());
+                self.stopped(live, outcome, Some(error.clone()));
                 self.cleanup(None, CleanupReason::Failed).await;
-                return Ended::Failed;
+                return Ended::Failed { outcome, error };
             }
         };
 
@@ -381,9 +404,12 @@ impl<'a> Run<'a> {
                 Ended::Stopped(reason)
             }
             (None, Ok(Err(error))) => {
-                self.stopped(live, "returned", Some(error));
+                self.stopped(live, "returned", Some(error.clone()));
                 self.cleanup(instance, CleanupReason::Failed).await;
-                Ended::Failed
+                Ended::Failed {
+                    outcome: "returned",
+                    error,
+                }
             }
             (None, Err(Failure::Interrupted)) if self.ctx.may_act().is_err() => {
                 // The engine trapped it at the lease deadline before the stop request
@@ -394,9 +420,10 @@ impl<'a> Run<'a> {
                 Ended::Stopped(CleanupReason::LeaseLost)
             }
             (None, Err(failure)) => {
-                self.stopped(live, failure.outcome(), Some(failure.describe()));
+                let (outcome, error) = (failure.outcome(), failure.describe());
+                self.stopped(live, outcome, Some(error.clone()));
                 self.cleanup(None, CleanupReason::Failed).await;
-                Ended::Failed
+                Ended::Failed { outcome, error }
             }
         }
     }

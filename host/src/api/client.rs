@@ -31,6 +31,9 @@ const MAKE_ONE: &str = "make one with `tenure certs issue --ca DIR --operator NA
      --cert and --key (a single-node default node makes tenure-data/certs/operator.pem on \
      its first start)";
 
+/// The longest an admin command waits for a node to answer its connection attempt.
+const MAX_DIAL: Duration = Duration::from_secs(3);
+
 /// How many times a request follows [`AdminResponse::Leader`].
 const MAX_REDIRECTS: usize = 4;
 /// How many times a status is read again from its first page when the node dropped the
@@ -134,8 +137,9 @@ pub enum AdminError {
 pub struct AdminClient {
     transport: Transport,
     files: TlsFiles,
-    /// The bound of each request (`--timeout`), for messages.
-    timeout: Duration,
+    /// How the dial's bound was chosen, for messages: the operator should be able to
+    /// match the wait they saw with what they asked for.
+    dial_rule: String,
     /// Whether any node answered a dial (any outcome but [`TransportError::DialTimeout`]):
     /// only then has [`AdminClient::close`] a connection to wind down.
     answered: AtomicBool,
@@ -186,6 +190,30 @@ impl AdminClient {
                 });
             }
         }
+        // Below the request's own bound, so that a node that does not answer the
+        // handshake is reported as unreachable (nothing sent), not as a request that may
+        // have run: with equal bounds the two timers raced. And below a short idle
+        // timeout (a watch's), which would otherwise end the handshake first with a bare
+        // "timed out".
+        let share = (timeout / 2).min(MAX_DIAL);
+        let (dial_timeout, dial_rule) = if idle * 3 / 4 < share {
+            (
+                idle * 3 / 4,
+                format!(
+                    "three quarters of the {} a watch lets a connection stay silent",
+                    humantime::format_duration(idle)
+                ),
+            )
+        } else {
+            (
+                share,
+                format!(
+                    "the share of --timeout {} given to connecting: half, at most {}",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(MAX_DIAL)
+                ),
+            )
+        };
         let listen = if dial.is_ipv4() {
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
         } else {
@@ -194,10 +222,7 @@ impl AdminClient {
         let config = TransportConfig {
             listen,
             request_timeout: timeout,
-            // Below the request's own bound, so that a node that does not answer the
-            // handshake is reported as unreachable (nothing sent), not as a request
-            // that may have run: with equal bounds the two timers raced.
-            dial_timeout: (timeout / 2).min(Duration::from_secs(3)),
+            dial_timeout,
             // A one-shot client has no use for reloads; keep the watcher quiet.
             reload_interval: Duration::from_secs(60),
             idle_timeout: idle,
@@ -221,7 +246,7 @@ impl AdminClient {
         Ok(AdminClient {
             transport,
             files,
-            timeout,
+            dial_rule,
             answered: AtomicBool::new(false),
         })
     }
@@ -368,13 +393,12 @@ impl AdminClient {
             TransportError::DialTimeout { timeout, .. } => AdminError::Unreachable {
                 node: node_s,
                 addr,
-                // The dial's own bound, a share of --timeout: say both, so the wait the
-                // operator saw matches the message.
+                // The dial's own bound and how it was chosen, so the wait the operator
+                // saw matches the message.
                 reason: format!(
-                    "no answer to the connection attempt within {} (the share of --timeout \
-                     {} given to connecting: half, at most 3 s)",
-                    humantime::format_duration(timeout),
-                    humantime::format_duration(self.timeout)
+                    "no answer to the connection attempt within {} ({})",
+                    seconds(timeout),
+                    self.dial_rule
                 ),
             },
             TransportError::Connect { reason, .. } => AdminError::Unreachable {
@@ -447,6 +471,16 @@ impl AdminClient {
                 reason: clean(e.to_string()),
             },
         }
+    }
+}
+
+/// A wait in seconds for messages: `3s`, `1.5s`.
+fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}s", (ms as f64 / 1000.0))
     }
 }
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::short;
 use crate::cluster::{Cluster, HistoryKind};
+use crate::failures::LastFailure;
 use crate::placement;
 use crate::terminal::escape;
 
@@ -148,7 +149,7 @@ pub struct SessionView {
     pub age_ms: u64,
 }
 
-/// A plugin a node advertises.
+/// A plugin a node advertises (or, in a [`ResourceView`], the one that runs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginView {
     pub resource: String,
@@ -158,6 +159,39 @@ pub struct PluginView {
     /// `sha256:<hex>` of the wasm bytes.
     pub digest: String,
     pub tickets: u32,
+    /// Until when the node cools down for the resource, after it gave a slot up because
+    /// the plugin kept failing (ms since the Unix epoch, the giving-up node's clock): it
+    /// gets no slot of it until then, and may again after (or as soon as it advertises
+    /// another build). From the replicated state, so any node knows it of every node;
+    /// `null` when not cooling down now, and in a resource's row.
+    pub cooldown_until_ms: Option<u64>,
+    /// The plugin's last failed start on that node. Only the node itself knows it
+    /// (`crate::failures`): a status fills it in on the answering node's rows, and
+    /// `tenure status` asks each other node that cools down for a resource for its own;
+    /// `null` otherwise, and while the plugin never failed there since the node started.
+    pub last_failure: Option<FailureView>,
+}
+
+/// A plugin's last failed start on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureView {
+    /// How it ended, as the node's `plugin.stopped` says: `trapped`, `returned` (an
+    /// error), `oom` or `interrupted`.
+    pub outcome: String,
+    /// The error, in words (the plugin's own text for `returned`).
+    pub error: String,
+    /// When (the node's clock, ms since the Unix epoch).
+    pub at_ms: u64,
+    pub slot: u32,
+    /// The token of the grant it failed under.
+    pub token: u64,
+    /// When the node starts the plugin again after its backoff (ms since the Unix
+    /// epoch); `null` once it gave the slot up (see `cooldown_until_ms`).
+    pub restart_ms: Option<u64>,
+    /// Failures within the manifest's restart window, this one included, and the
+    /// restarts the manifest allows in it: one more failure than that gives the slot up.
+    pub failures: u32,
+    pub max_restarts: u32,
 }
 
 /// One resource and its slots.
@@ -232,7 +266,9 @@ pub struct HistoryView {
     pub slot: u32,
     pub node: String,
     pub token: u64,
-    /// granted, regranted, handover-begun, released, gave-up or expired.
+    /// granted, regranted, handover-begun, released, gave-up or expired (the owner's
+    /// session expired; the text form and the page say `session-expired`, as `tenure
+    /// watch` does, while this field keeps the value scripts have matched since 0.1.0).
     pub what: String,
     /// The handover's reason, for `handover-begun`.
     pub reason: Option<String>,
@@ -300,8 +336,65 @@ impl Status {
         }
     }
 
+    /// This status with the answering node's plugins' last failed starts on its own
+    /// rows: only the node itself knows them (`crate::failures`).
+    pub fn with_failures(mut self, failures: &BTreeMap<String, LastFailure>) -> Status {
+        let me = self.node.clone();
+        for node in self.nodes.iter_mut().filter(|n| n.name == me) {
+            for plugin in &mut node.plugins {
+                plugin.last_failure = failures.get(&plugin.resource).map(|f| FailureView {
+                    outcome: f.outcome.clone(),
+                    error: f.error.clone(),
+                    at_ms: f.at_ms,
+                    slot: f.slot,
+                    token: f.token,
+                    restart_ms: f.restart_ms,
+                    failures: f.failures,
+                    max_restarts: f.max_restarts,
+                });
+            }
+        }
+        self
+    }
+
+    /// The nodes other than the answering one that cool down for a resource now and
+    /// whose last failure there this status does not know: whom `tenure status` asks.
+    pub fn cooling_elsewhere(&self) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter(|n| n.name != self.node && n.session.is_some())
+            .filter(|n| {
+                n.plugins
+                    .iter()
+                    .any(|p| p.cooldown_until_ms.is_some() && p.last_failure.is_none())
+            })
+            .map(|n| (n.name.clone(), n.addr.clone()))
+            .collect()
+    }
+
+    /// Takes the last failures that `theirs`, a status answered by another node, shows
+    /// on that node's own rows.
+    pub fn take_failures_of(&mut self, theirs: &Status) {
+        let Some(source) = theirs.nodes.iter().find(|n| n.name == theirs.node) else {
+            return;
+        };
+        let Some(node) = self.nodes.iter_mut().find(|n| n.name == theirs.node) else {
+            return;
+        };
+        for plugin in &mut node.plugins {
+            if let Some(known) = source
+                .plugins
+                .iter()
+                .find(|p| p.resource == plugin.resource)
+                .and_then(|p| p.last_failure.clone())
+            {
+                plugin.last_failure = Some(known);
+            }
+        }
+    }
+
     /// The text form: a summary line, then aligned tables like `kubectl get`: nodes,
-    /// resources and slots, revoked keys, certificates in use and recent changes.
+    /// plugins that failed or cool down, resources and slots, revoked keys, certificates in use and recent changes.
     ///
     /// A large cluster (more than [`DETAIL_SLOTS`] slots) gets a summary instead of the
     /// resource and slot tables: the slots that need a look first (pending, being handed
@@ -371,6 +464,7 @@ impl Status {
             "NODE", "ADDRESS", "ROLE", "STATE", "SESSION", "AGE", "SLOTS", "LABELS", "PLUGINS",
         ];
         out.push_str(&table(&header, rows, "no nodes"));
+        self.render_failures(&mut out);
 
         out.push('\n');
         if large {
@@ -406,8 +500,8 @@ impl Status {
             out.push('\n');
             let rows = self.history.iter().map(|h| {
                 let what = match &h.reason {
-                    Some(reason) => format!("{} ({reason})", h.what),
-                    None => h.what.clone(),
+                    Some(reason) => format!("{} ({reason})", word(&h.what)),
+                    None => word(&h.what).to_owned(),
                 };
                 vec![
                     age(self.at_ms.saturating_sub(h.at_ms)),
@@ -429,6 +523,70 @@ impl Status {
             }
         }
         out
+    }
+
+    /// The plugins that failed on a node or that a node cools down for: when, the
+    /// error, and when the node runs it again (at most [`PROBLEMS_SHOWN`] rows).
+    fn render_failures(&self, out: &mut String) {
+        let rows: Vec<Vec<String>> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.plugins.iter().map(move |p| (n, p)))
+            .filter(|(_, p)| p.last_failure.is_some() || p.cooldown_until_ms.is_some())
+            .map(|(n, p)| {
+                let (failed, error) = match &p.last_failure {
+                    Some(f) => (
+                        format!("{} ago", age(self.at_ms.saturating_sub(f.at_ms))),
+                        format!("{}: {}", f.outcome, f.error),
+                    ),
+                    None => (
+                        "-".into(),
+                        format!("not known to {}: see {}'s log", self.node, n.name),
+                    ),
+                };
+                vec![
+                    n.name.clone(),
+                    p.resource.clone(),
+                    format!("{}@{}", p.plugin, p.version),
+                    failed,
+                    error,
+                    self.next_try(p),
+                ]
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let more = rows.len().saturating_sub(PROBLEMS_SHOWN);
+        out.push('\n');
+        let header = ["NODE", "RESOURCE", "PLUGIN", "FAILED", "ERROR", "NEXT TRY"];
+        out.push_str(&table(&header, rows.into_iter().take(PROBLEMS_SHOWN), ""));
+        if more > 0 {
+            let _ = writeln!(out, "(and {more} more: `tenure status --json`)");
+        }
+    }
+
+    /// When a node runs a plugin that failed there again, in words.
+    fn next_try(&self, p: &PluginView) -> String {
+        if let Some(until) = p.cooldown_until_ms {
+            return format!(
+                "gave the slot up; cooling down until {}, then eligible again",
+                placement::when(until, self.at_ms)
+            );
+        }
+        match &p.last_failure {
+            Some(f) => match f.restart_ms {
+                Some(at) if at > self.at_ms => format!(
+                    "restart {} of {} in {}",
+                    f.failures,
+                    f.max_restarts,
+                    age(at.saturating_sub(self.at_ms).div_ceil(1000) * 1000)
+                ),
+                Some(_) => "restarted".into(),
+                None => "gave the slot up; eligible again".into(),
+            },
+            None => "-".into(),
+        }
     }
 
     /// The resources table, then every slot.
@@ -615,7 +773,15 @@ fn nodes(cluster: &Cluster, raft: &RaftView, now_ms: u64) -> Vec<NodeView> {
                     .map(|m| {
                         m.plugins
                             .iter()
-                            .map(|(resource, a)| plugin_view(resource, a))
+                            .map(|(resource, a)| PluginView {
+                                cooldown_until_ms: cluster
+                                    .cooldown
+                                    .get(resource)
+                                    .and_then(|skipped| skipped.get(name))
+                                    .filter(|&&until| until > now_ms)
+                                    .copied(),
+                                ..plugin_view(resource, a)
+                            })
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -631,6 +797,8 @@ fn plugin_view(resource: &str, a: &crate::cluster::Advert) -> PluginView {
         version: a.version.clone(),
         digest: a.digest.clone(),
         tickets: a.tickets,
+        cooldown_until_ms: None,
+        last_failure: None,
     }
 }
 
@@ -763,6 +931,16 @@ pub(crate) fn age(ms: u64) -> String {
         600..10_800 => format!("{}m", s / 60),
         10_800..172_800 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The word people read for a change's `what`: one word for one reason across status,
+/// watch and page (`session-expired`, as `tenure watch` prints it; the JSON keeps
+/// `expired`).
+fn word(what: &str) -> &str {
+    match what {
+        "expired" => "session-expired",
+        other => other,
     }
 }
 

@@ -1,5 +1,7 @@
 //! `Status::build` and `Status::render` over the fixture cluster.
 
+use std::collections::BTreeMap;
+
 use super::fixture::{T0, digest, three_nodes};
 use super::*;
 use crate::cluster::{Command, Handover};
@@ -348,4 +350,122 @@ fn a_large_status_is_summed_up_with_the_problems_first() {
         text.contains(&format!("n1              node  {}  own", digest('7'))),
         "{text}"
     );
+}
+
+#[test]
+fn a_failed_plugin_s_row_says_its_last_error_and_when_it_is_tried_again() {
+    let mut w = three_nodes();
+    // a gave solo/0 up: it cools down for solo for 45 s more. Then a's session was replaced
+    // (its echo/0 vacated as expired).
+    let token = w.cluster.slot("solo", 0).unwrap().token;
+    w.apply(Command::GiveUp {
+        resource: "solo".into(),
+        slot: 0,
+        token,
+        until_ms: NOW + 45_000,
+        at_ms: NOW - 15_000,
+    });
+    w.apply(Command::OpenSession {
+        node: "a".into(),
+        at_ms: NOW - 5_000,
+    });
+    // b (which answers) restarts echo after a failure; it knows its own error only.
+    let failures = BTreeMap::from([(
+        "echo".to_owned(),
+        crate::failures::LastFailure {
+            plugin: "echo".into(),
+            slot: 1,
+            token: 5,
+            outcome: "returned".into(),
+            error: "cannot reach the database".into(),
+            at_ms: NOW - 2_000,
+            restart_ms: Some(NOW + 1_600),
+            failures: 2,
+            max_restarts: 3,
+        },
+    )]);
+    let s = Status::build(&w.cluster, raft(), vec![], NOW).with_failures(&failures);
+
+    let row = |node: &str, resource: &str| row_of(&s, node, resource);
+    assert_eq!(row("a", "solo").cooldown_until_ms, Some(NOW + 45_000));
+    assert_eq!(row("a", "solo").last_failure, None, "only a knows it");
+    assert_eq!(row("b", "solo").cooldown_until_ms, None);
+    let echo = row("b", "echo").last_failure.unwrap();
+    assert_eq!(
+        (echo.error.as_str(), echo.restart_ms, echo.failures),
+        ("cannot reach the database", Some(NOW + 1_600), 2)
+    );
+    assert_eq!(row("a", "echo").last_failure, None, "a's failures are a's");
+    assert_eq!(
+        s.cooling_elsewhere(),
+        [("a".to_owned(), "a:7400".to_owned())]
+    );
+
+    let text = s.render();
+    let line = |start: &str| {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{text}"))
+            .to_owned()
+    };
+    assert!(text.contains("NODE  RESOURCE  PLUGIN"), "{text}");
+    let b = line("b     echo");
+    assert!(b.contains("2s ago"), "{b}");
+    assert!(b.contains("returned: cannot reach the database"), "{b}");
+    assert!(b.contains("restart 2 of 3 in 2s"), "{b}");
+    let a = line("a     solo");
+    assert!(a.contains("not known to b: see a's log"), "{a}");
+    assert!(
+        a.contains("gave the slot up; cooling down until ")
+            && a.contains(" (in 45s), then eligible again"),
+        "{a}"
+    );
+    // One word for one reason: the watch says session-expired, so does the text.
+    assert!(text.contains("session-expired"), "{text}");
+    assert!(
+        s.history.iter().any(|h| h.what == "expired"),
+        "the JSON keeps its value"
+    );
+
+    // Another node's answer fills in a's row.
+    let mut theirs = Status::build(
+        &w.cluster,
+        RaftView {
+            node: "a".into(),
+            ..raft()
+        },
+        vec![],
+        NOW,
+    );
+    theirs = theirs.with_failures(&BTreeMap::from([(
+        "solo".to_owned(),
+        crate::failures::LastFailure {
+            plugin: "solo".into(),
+            slot: 0,
+            token,
+            outcome: "trapped".into(),
+            error: "wasm trap: unreachable".into(),
+            at_ms: NOW - 15_000,
+            restart_ms: None,
+            failures: 4,
+            max_restarts: 3,
+        },
+    )]));
+    let mut s = s;
+    s.take_failures_of(&theirs);
+    assert_eq!(
+        row_of(&s, "a", "solo").last_failure.map(|f| f.error),
+        Some("wasm trap: unreachable".to_owned())
+    );
+    assert!(s.cooling_elsewhere().is_empty());
+    assert!(s.render().contains("trapped: wasm trap: unreachable"));
+}
+
+fn row_of(s: &Status, node: &str, resource: &str) -> PluginView {
+    let n = s.nodes.iter().find(|n| n.name == node).unwrap();
+    n.plugins
+        .iter()
+        .find(|p| p.resource == resource)
+        .unwrap()
+        .clone()
 }

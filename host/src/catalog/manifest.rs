@@ -81,7 +81,7 @@ impl Manifest {
 
     /// Parses and checks a manifest; errors say which key is wrong and why.
     pub fn parse(stem: &str, text: &str) -> Result<Self, String> {
-        let raw: RawManifest = toml::from_str(text).map_err(|e| e.to_string())?;
+        let raw: RawManifest = toml::from_str(text).map_err(|e| one_line(&e, text))?;
         let mut manifest = Self::defaults(stem);
         if let Some(resource) = raw.resource {
             manifest.resource = resource;
@@ -227,9 +227,35 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// A TOML error on one line: where (line and column) and what. toml's own text draws the
+/// line with a caret under it over several lines, which a log line shows as literal `\n`s.
+fn one_line(e: &toml::de::Error, text: &str) -> String {
+    let what = e.message().trim().replace('\n', "; ");
+    let Some(span) = e.span() else {
+        return format!("TOML parse error: {what}");
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
+    format!("TOML parse error at line {line}, column {column}: {what}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_toml_error_is_one_line_naming_the_place_and_the_key() {
+        let error = Manifest::parse("x", "resource = \"x\"\n[limits]\nbogus = 1\n").unwrap_err();
+        assert!(!error.contains('\n'), "{error}");
+        assert!(
+            error.starts_with("TOML parse error at line 3, column 1: unknown field `bogus`"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn an_empty_manifest_gives_the_defaults() {

@@ -306,7 +306,7 @@ async fn watch_with(dir: PathBuf, changes: mpsc::Sender<Change>, options: WatchO
             Ok(looked) => looked,
             // The look panicked (a bug): the watch ends, as the panic would have ended it.
             Err(error) => {
-                tracing::error!(event = crate::events::CATALOG_REJECTED, path = %dir.display(), %error, "the watch of the plugins folder failed: {error}");
+                tracing::error!(event = crate::events::CATALOG_REJECTED, path = %dir.display(), %error, "the watch of the plugins folder failed");
                 return looks;
             }
         };

@@ -274,6 +274,10 @@ fn status(json: bool, filter: StatusQuery, conn: Connection) -> anyhow::Result<(
     let status = runtime.block_on(async {
         let client = AdminClient::new(conn.files(), addr, conn.timeout).await?;
         let answer = client.status(&node, addr, &filter).await;
+        let answer = match answer {
+            Ok(status) => Ok(with_failures_elsewhere(&client, status, &filter).await),
+            Err(e) => Err(e),
+        };
         client.close().await;
         answer
     })?;
@@ -302,6 +306,44 @@ fn status(json: bool, filter: StatusQuery, conn: Connection) -> anyhow::Result<(
         print!("{}", status.render());
     }
     Ok(())
+}
+
+/// The most other nodes `tenure status` asks for their plugins' errors.
+const FAILURES_ASKED: usize = 8;
+
+/// `status` with the last failures of the other nodes that cool down for a resource:
+/// only a node knows its plugins' errors (`crate::failures`), so each is asked for its
+/// own rows (at most [`FAILURES_ASKED`]). A node that cannot be asked is said on stderr;
+/// its rows then say where the error is.
+async fn with_failures_elsewhere(
+    client: &AdminClient,
+    mut status: crate::api::Status,
+    filter: &StatusQuery,
+) -> crate::api::Status {
+    for (name, addr) in status.cooling_elsewhere().into_iter().take(FAILURES_ASKED) {
+        let query = StatusQuery {
+            node: Some(name.clone()),
+            resource: filter.resource.clone(),
+            ..StatusQuery::default()
+        };
+        let asked = match tokio::net::lookup_host(&addr).await.map(|mut a| a.next()) {
+            Ok(Some(at)) => client
+                .status(&name, at, &query)
+                .await
+                .map_err(|e| e.to_string()),
+            Ok(None) => Err(format!("{addr} resolves to no address")),
+            Err(e) => Err(format!("cannot resolve {addr}: {e}")),
+        };
+        match asked {
+            Ok(theirs) => status.take_failures_of(&theirs),
+            Err(e) => eprintln!(
+                "tenure: cannot ask {} for its plugins' last errors: {}",
+                escape(&name),
+                escape(&e)
+            ),
+        }
+    }
+    status
 }
 
 /// The request a command sends, its connection flags, and whether JSON is wanted.

@@ -6,7 +6,10 @@
 //! died, restarted, or the connection broke) the watch moves on to the next node it
 //! knows: the `--addr`es given, then the members the answers named, round and round,
 //! pausing a moment after each full round that failed. It says so on stderr, and again
-//! when it is back, with the index it resumes after.
+//! when it is back, with the index it resumes after. A watch that never reached a node
+//! (a wrong --addr, a cluster that is down) fails after one round instead, with the
+//! reason, as `tenure status` does and as etcdctl does with a dead endpoint: going on
+//! would print nothing but retries.
 //!
 //! Output ends quietly when stdout is closed (`tenure watch | head -1`): a failed write
 //! ends the loop, and so does a closed pipe noticed between answers (a quiet cluster
@@ -67,12 +70,15 @@ async fn follow(
     // Set while the watch is cut off: what went wrong, for the line saying it is back.
     let mut lost: Option<String> = None;
     let mut failed_in_a_row: usize = 0;
+    // Whether any node has answered yet.
+    let mut reached = false;
     loop {
         let target = nodes[at].clone();
         let request = resume.request(resource);
         match ask(client, &target, &request).await {
             Ok(answer) => {
                 failed_in_a_row = 0;
+                reached = true;
                 if lost.take().is_some() {
                     eprintln!(
                         "watch: reconnected to {} at {}; resuming after index {}",
@@ -117,9 +123,15 @@ async fn follow(
                     return Ok(());
                 }
             }
+            Err(e) if !reached && failed_in_a_row + 1 >= nodes.len() => return Err(e.into()),
             Err(e) if retryable(&e) => {
                 // A watch only reads: "it may or may not have taken effect" is for actions.
-                eprintln!("watch: {}; asking another node", lost_reason(&e));
+                let next = if nodes.len() > 1 {
+                    "asking another node"
+                } else {
+                    "trying again"
+                };
+                eprintln!("watch: {}; {next}", lost_reason(&e));
                 lost = Some(e.to_string());
                 at = (at + 1) % nodes.len();
                 failed_in_a_row += 1;

@@ -10,8 +10,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::Sample;
 use crate::api::{
-    AdminRequest, AdminResponse, Batch, RaftView, Status, StatusPage, StatusQuery, WatchAnswer,
-    listing,
+    AdminRequest, AdminResponse, Batch, FailureView, RaftView, Status, StatusPage, StatusQuery,
+    WatchAnswer, listing,
 };
 use crate::cluster::{
     Advert, Cluster, ClusterId, Command, Handover, Outcome, Pool, Process, Proposal, Response,
@@ -344,7 +344,25 @@ fn admin_values() -> AdminValues {
         learners: vec![],
     };
     let pending = vec![("pair".to_string(), 0, "no eligible node".to_string())];
-    let status = Status::build(&cluster, raft, pending.clone(), T0 + 60_000);
+    let mut status = Status::build(&cluster, raft, pending.clone(), T0 + 60_000);
+    // A plugin row that failed and is skipped, so that both fields carry a value.
+    let row = status
+        .nodes
+        .iter_mut()
+        .flat_map(|n| n.plugins.iter_mut())
+        .next()
+        .expect("a node of the sample advertises a plugin");
+    row.cooldown_until_ms = Some(T0 + 90_000);
+    row.last_failure = Some(FailureView {
+        outcome: "trapped".into(),
+        error: "wasm trap: wasm `unreachable` instruction executed".into(),
+        at_ms: T0 + 30_000,
+        slot: 0,
+        token: 12,
+        restart_ms: None,
+        failures: 3,
+        max_restarts: 2,
+    });
     let pending: BTreeMap<(String, u32), String> = pending
         .into_iter()
         .map(|(r, s, why)| ((r, s), why))

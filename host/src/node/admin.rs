@@ -220,6 +220,7 @@ pub fn status(shared: &Shared, now: u64) -> Status {
         certificates: certificates(shared),
         ..status
     }
+    .with_failures(&shared.failures.all())
 }
 
 /// The answer of a node that is not the leader: ask the leader it knows of.

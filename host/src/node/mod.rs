@@ -280,6 +280,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         state: Arc::new(grants),
         lease: shared.node_lease.clone(),
         live: shared.live.clone(),
+        failures: shared.failures.clone(),
     };
     let mut owner = Owner::new(shared.clone(), deps, plugin_threads.handle());
     let mut folder = Folder::new(runtime, timing, plugin_threads.handle());

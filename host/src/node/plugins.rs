@@ -124,12 +124,14 @@ impl Folder {
                 } else {
                     ""
                 };
+                // The error is said once, in its field (the text log prints it after the
+                // message).
                 tracing::error!(
                     event = events::CATALOG_REJECTED,
                     plugin = %name,
                     path = %path.display(),
                     %error,
-                    "{}: {error}{keeps}",
+                    "{} is rejected{keeps}",
                     path.display(),
                 );
                 false
@@ -172,7 +174,7 @@ impl Folder {
                         plugin = %loaded.entry.name,
                         path = %loaded.entry.wasm_path.display(),
                         %error,
-                        "{}: {error}",
+                        "{} is not advertised",
                         loaded.entry.wasm_path.display(),
                     );
                 }
@@ -289,7 +291,7 @@ impl Folder {
                 let id = e.id();
                 if let Some(name) = self.name_of(id) {
                     self.loading.remove(&name);
-                    tracing::error!(event = events::CATALOG_REJECTED, plugin = %name, error = %e, "{name}: the load failed: {e}");
+                    tracing::error!(event = events::CATALOG_REJECTED, plugin = %name, error = %e, "{name}: the load failed");
                 }
                 return false;
             }
@@ -383,7 +385,7 @@ impl Folder {
             plugin = %entry.name,
             path = %entry.wasm_path.display(),
             %error,
-            "{}: {error}{keeps}",
+            "{} is rejected{keeps}",
             entry.wasm_path.display(),
         );
         None

@@ -6,6 +6,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::cluster::{Cluster, Command, Process, Response};
+use crate::failures::Failures;
 use crate::ownership::{Lease, LeaseTiming};
 use crate::raft::Control;
 use crate::rpc::Rpc;
@@ -28,6 +29,8 @@ pub struct Shared {
     /// Instances that may still execute `start`: a new session opens only once the old
     /// one's are all stopped.
     pub live: LiveStarts,
+    /// Its plugins' last failed starts, for the status it answers (`crate::failures`).
+    pub failures: Arc<Failures>,
     /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
     /// it is created after them).
     rpc: OnceLock<Arc<Rpc>>,
@@ -53,6 +56,7 @@ impl Shared {
             deadline: watch::Sender::new(None),
             node_lease: Arc::new(NodeLease::new(enforced)),
             live: LiveStarts::default(),
+            failures: Arc::default(),
             rpc: OnceLock::new(),
         }
     }

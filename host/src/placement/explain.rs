@@ -195,7 +195,7 @@ fn short(digest: &str) -> String {
 
 /// `until` (ms since the Unix epoch) as RFC 3339 with the time left, e.g.
 /// `2025-01-01T00:01:00Z (in 45s)`.
-fn when(until: u64, now_ms: u64) -> String {
+pub(crate) fn when(until: u64, now_ms: u64) -> String {
     // Beyond the year 9999 RFC 3339 has no form; a corrupt value is shown as a number.
     const LAST_MS: u64 = 253_402_300_799_000;
     let at = if until <= LAST_MS {

@@ -127,6 +127,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+pub(crate) use explain::when;
 pub use winner::{Winner, winning};
 
 use crate::cluster::{Cluster, Command, Pool, Slot};
