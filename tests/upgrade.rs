@@ -279,7 +279,7 @@ fn version_names_the_formats_and_protocols() {
     for part in [
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
         "store format 3 (reads formats 1 to 3)",
-        "node protocol tenure/3",
+        "node protocol tenure/4",
         "operator protocol tenure-operator/5",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");

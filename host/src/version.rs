@@ -4,7 +4,7 @@
 //! without its version.
 
 /// The version of the node-to-node protocol: the `N` of ALPN `tenure/N`.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
 pub const ADMIN_VERSION: u32 = 5;

@@ -25,6 +25,9 @@ pub struct Shared {
     /// Instances that may still execute `start`: a new session opens only once the old
     /// one's are all stopped.
     pub live: LiveStarts,
+    /// The renewal rounds this node leads and the receive times it keeps as a voter
+    /// (`witness.rs`).
+    pub witness: super::witness::Witness,
     /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
     /// it is created after them).
     rpc: OnceLock<Arc<Rpc>>,
@@ -40,6 +43,7 @@ impl Shared {
             deadline: watch::Sender::new(None),
             node_lease: Arc::new(NodeLease::new(enforced)),
             live: LiveStarts::default(),
+            witness: Default::default(),
             rpc: OnceLock::new(),
         }
     }
