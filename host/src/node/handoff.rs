@@ -35,6 +35,13 @@
 //! has not seen renewed in its term at base (so expires it at base + T ≥ a + T > D).
 //! Until it has a majority of answers it expires nothing. A session opened after that
 //! starts its clock at first sight, as before.
+//!
+//! **Per session** (issue 30, item 4). The base is about when L1 died, a whole T before
+//! an owner that led loses its slot. Each answer also carries, per session, the latest
+//! renewal the voter kept from L1's renewal rounds (`witness.rs`, which has the argument
+//! for this part); L2 takes, per session, the latest over M, a voter that left the
+//! session out counting with its general answer above, and starts the session's clock
+//! there when that is earlier than the base ([`combine`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -397,7 +404,11 @@ mod tests {
             }],
         };
         let answer = estimate(received, &heard);
-        assert!(answer.general.0 >= heard_at - MS(3), "{:?}", heard_at - answer.general.0);
+        assert!(
+            answer.general.0 >= heard_at - MS(3),
+            "{:?}",
+            heard_at - answer.general.0
+        );
         assert!(answer.sessions[&key("n1", 1)] >= heard_at - MS(3));
     }
 
@@ -429,7 +440,11 @@ mod tests {
         let received = asked + MS(5);
         let b = estimate(
             received,
-            &answer(asked, Some(kill - MS(20)), &[("n1", 4, a + MS(2)), ("n2", 9, kill - MS(100))]),
+            &answer(
+                asked,
+                Some(kill - MS(20)),
+                &[("n1", 4, a + MS(2)), ("n2", 9, kill - MS(100))],
+            ),
         );
         let c = estimate(
             received,
@@ -472,7 +487,11 @@ mod tests {
             .get(&key("n1", 4))
             .copied()
             .unwrap_or(inherited.base);
-        assert!(n1 >= a + MS(100), "{:?}", (a + MS(100)).checked_duration_since(n1));
+        assert!(
+            n1 >= a + MS(100),
+            "{:?}",
+            (a + MS(100)).checked_duration_since(n1)
+        );
         assert!(n1 + TTL > deadline(a));
         // Skipping the voter without a record (or taking the earliest) would not be.
         let wrong = combine(&[stale, restarted], Rule::Earliest).unwrap();
@@ -486,7 +505,10 @@ mod tests {
         let t = Instant::now() + MS(10_000);
         let asked = t + MS(500);
         let one = estimate(asked, &answer(asked, Some(t), &[("n1", 1, t - MS(300))]));
-        let two = estimate(asked, &answer(asked, Some(t - MS(50)), &[("n1", 1, t + MS(10))]));
+        let two = estimate(
+            asked,
+            &answer(asked, Some(t - MS(50)), &[("n1", 1, t + MS(10))]),
+        );
         let inherited = combine(&[one, two], Rule::Latest).unwrap();
         assert!(inherited.sessions.is_empty(), "{:?}", inherited.sessions);
         assert!(inherited.base >= t);

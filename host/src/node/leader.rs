@@ -123,7 +123,10 @@ impl Liveness {
         for (node, session) in sessions {
             let start = match seeded {
                 true => now,
-                false => bases.get(&(node.clone(), *session)).copied().unwrap_or(base),
+                false => bases
+                    .get(&(node.clone(), *session))
+                    .copied()
+                    .unwrap_or(base),
             };
             let (_, last) = *inner.last.entry(node.clone()).or_insert((*session, start));
             if now.saturating_duration_since(last) >= ttl {
@@ -457,7 +460,10 @@ mod tests {
             [("a".to_owned(), 5)]
         );
         assert_eq!(live.next_expiry(2, ttl), Some(t0 + ttl), "b at the base");
-        assert!(live.expired(2, &sessions[1..], t0 + ms(999), ttl).is_empty());
+        assert!(
+            live.expired(2, &sessions[1..], t0 + ms(999), ttl)
+                .is_empty()
+        );
     }
 
     #[test]

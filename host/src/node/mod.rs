@@ -58,8 +58,6 @@ use crate::transport::{ResetKey, TlsFiles, TransportConfig};
 pub use grants::GIVE_UP_COOLDOWN;
 #[cfg(test)]
 pub(crate) use handoff::{Ask, Heard, LEADER_HEARD, SessionHeard};
-#[cfg(test)]
-pub(crate) use witness::{Kept, Renewal, Round, WITNESS};
 use leader::Liveness;
 use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
@@ -69,6 +67,8 @@ use session::Renewals;
 #[cfg(test)]
 pub(crate) use session::{RENEW, Renew, Renewed};
 use shared::{Shared, now_ms};
+#[cfg(test)]
+pub(crate) use witness::{Kept, Renewal, Round, WITNESS};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{handoff, witness};
 use super::leader::Liveness;
 use super::shared::{Shared, now_ms};
+use super::{handoff, witness};
 use crate::cluster::{Command, Response};
 use crate::events;
 
@@ -193,11 +193,7 @@ async fn open(shared: &Shared, every: Duration) -> u64 {
 }
 
 /// Sends one renewal to the leader (or answers it here, on the leader).
-async fn renew(
-    shared: &Arc<Shared>,
-    liveness: &Liveness,
-    session: u64,
-) -> Result<Renewed, String> {
+async fn renew(shared: &Arc<Shared>, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
     let (leader, addr) = shared
         .control
         .leader()

@@ -168,7 +168,9 @@ pub async fn confirm(
 async fn round(shared: Arc<Shared>, term: u64, items: Vec<Waiting>) -> Result<u64, String> {
     let mut latest: BTreeMap<(String, u64), Instant> = BTreeMap::new();
     for item in items {
-        let at = latest.entry((item.node, item.session)).or_insert(item.received);
+        let at = latest
+            .entry((item.node, item.session))
+            .or_insert(item.received);
         *at = (*at).max(item.received);
     }
     let sets = shared.control.voter_sets();
@@ -190,10 +192,7 @@ async fn round(shared: Arc<Shared>, term: u64, items: Vec<Waiting>) -> Result<u6
         let (shared, message) = (shared.clone(), message.clone());
         calls.spawn(async move {
             let kept = if name == shared.me {
-                Ok(shared
-                    .witness
-                    .keep(&shared.control, &message, sent)
-                    .await)
+                Ok(shared.witness.keep(&shared.control, &message, sent).await)
             } else {
                 let call = shared.call::<_, Kept>(&name, &addr, WITNESS, &*message);
                 tokio::time::timeout(shared.timing.ttl, call)
@@ -245,7 +244,12 @@ async fn round(shared: Arc<Shared>, term: u64, items: Vec<Waiting>) -> Result<u6
 impl Witness {
     /// The voter's side of a round received at `received`: keeps its renewals unless this
     /// node knows a higher term.
-    pub async fn keep(&self, control: &crate::raft::Control, round: &Round, received: Instant) -> Kept {
+    pub async fn keep(
+        &self,
+        control: &crate::raft::Control,
+        round: &Round,
+        received: Instant,
+    ) -> Kept {
         let _keeping = self.gate.read().await;
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         let known = control.term().max(records.highest);
@@ -388,10 +392,7 @@ mod tests {
         assert_eq!(elapsed(&witness.below(9, now), "a"), None);
         assert_eq!(elapsed(&witness.below(1, now), "a"), None);
         let b = witness.below(9, now);
-        assert_eq!(
-            b.iter().find(|h| h.node == "b").map(|h| h.session),
-            Some(8)
-        );
+        assert_eq!(b.iter().find(|h| h.node == "b").map(|h| h.session), Some(8));
         assert_eq!(elapsed(&b, "b"), Some(MS(970)));
     }
 }

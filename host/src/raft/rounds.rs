@@ -128,8 +128,15 @@ mod tests {
         }
         while let Some(done) = callers.join_next().await {
             let (i, carried) = done.unwrap();
-            assert!(carried.contains(&i), "{i} not in the round it got: {carried:?}");
+            assert!(
+                carried.contains(&i),
+                "{i} not in the round it got: {carried:?}"
+            );
         }
-        assert!(rounds.run() < 200, "rounds were not shared: {}", rounds.run());
+        assert!(
+            rounds.run() < 200,
+            "rounds were not shared: {}",
+            rounds.run()
+        );
     }
 }
