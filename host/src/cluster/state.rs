@@ -399,6 +399,20 @@ impl Outcome {
     }
 }
 
+/// In words, for log lines (never Rust's debug output at INFO and above).
+impl std::fmt::Display for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Response::Done => f.write_str("done"),
+            Response::Session(id) => write!(f, "session {id} opened"),
+            Response::Granted { token, term } => write!(f, "granted, token {token} (term {term})"),
+            Response::Stale => f.write_str("stale: the token is not the slot's current one"),
+            Response::Refused(why) => write!(f, "refused: {why}"),
+            Response::Forbidden(why) => write!(f, "forbidden: {why}"),
+        }
+    }
+}
+
 impl Response {
     /// Why the command was forbidden, if it was.
     pub fn forbidden(&self) -> Option<&str> {

@@ -65,7 +65,7 @@ impl Grants for ClusterGrants {
                     ..grant
                 }),
                 Ok(other) => {
-                    tracing::info!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, answer = ?other, "the slot cannot be restarted under a new token");
+                    tracing::info!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, answer = %other, "the slot cannot be restarted under a new token: {other}");
                     None
                 }
                 Err(error) => {

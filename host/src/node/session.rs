@@ -198,7 +198,7 @@ async fn open(shared: &Shared, every: Duration, ended: Option<u64>) -> u64 {
                 }
             }
             Ok(other) => {
-                tracing::warn!(event = events::CONTROL_ERROR, answer = ?other, "cannot open a session")
+                tracing::warn!(event = events::CONTROL_ERROR, answer = %other, "cannot open a session: {other}")
             }
             Err(error) => {
                 tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot open a session yet")

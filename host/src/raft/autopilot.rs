@@ -229,7 +229,7 @@ impl Shared {
         let before = self.note(&names, Some(&why));
         match self.change_voters(change, true).await {
             Ok(()) => {
-                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, step = ?step, "{why}");
+                tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, "{why}");
                 true
             }
             Err(e) => {

@@ -229,8 +229,9 @@ pub(crate) async fn decide(
                 if !waiting_told {
                     tracing::info!(
                         event = crate::events::CLUSTER_WAITING,
-                        waiting_for = ?silent,
-                        "this node's Raft store is new: waiting for {silent:?} to answer before it forms or joins the cluster (it never does so on its own word)"
+                        waiting_for = %silent.join(", "),
+                        "this node's Raft store is new: waiting for {} to answer before it forms or joins the cluster (it never does so on its own word)",
+                        silent.join(", ")
                     );
                     waiting_told = true;
                 }

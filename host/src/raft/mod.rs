@@ -574,7 +574,7 @@ impl Control {
                 tracing::info!(
                     event = crate::events::CLUSTER_REACHED,
                     after_ms = started.elapsed().as_millis() as u64,
-                    leader = ?self.leader().map(|(name, _)| name),
+                    leader = %self.leader().map_or_else(|| "unknown".to_owned(), |(name, _)| name),
                     "a leader reached this node before it bootstrapped; joined its group without a campaign"
                 );
                 return Ok(());
@@ -588,7 +588,7 @@ impl Control {
         }
         match shared.raft.initialize(nodes).await {
             Ok(()) => {
-                tracing::info!(event = crate::events::CLUSTER_BOOTSTRAPPED, members = ?members.keys().collect::<Vec<_>>(), "raft cluster initialized");
+                tracing::info!(event = crate::events::CLUSTER_BOOTSTRAPPED, members = %members.keys().cloned().collect::<Vec<_>>().join(", "), "raft cluster initialized");
                 Ok(())
             }
             Err(OpenRaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),

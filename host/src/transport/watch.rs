@@ -389,7 +389,7 @@ fn install_bundle(shared: &Shared, trust: Trust) {
         }
     };
     Counters::bump(&shared.counters.reloads);
-    tracing::info!(event = TLS_RELOADED, what = "CA bundle", cas = ?cas, generation = current.generation, "CA bundle reloaded");
+    tracing::info!(event = TLS_RELOADED, what = "CA bundle", cas = %cas.join(", "), generation = current.generation, "CA bundle reloaded");
 
     let own = shared.tls.own.current();
     if let Err(e) = current
