@@ -377,13 +377,13 @@ mod supervisor {
     }
 
     impl Grants for Recorder {
-        fn regrant(&self, _: &Grant) -> BoxFuture<Option<Grant>> {
+        fn regrant(&self, _: &str, _: &Grant) -> BoxFuture<Option<Grant>> {
             Box::pin(async { None })
         }
-        fn release(&self, _: &Grant, _: CleanupReason) -> BoxFuture<()> {
+        fn release(&self, _: &str, _: &Grant, _: CleanupReason) -> BoxFuture<()> {
             Box::pin(async {})
         }
-        fn give_up(&self, _: &Grant) -> BoxFuture<()> {
+        fn give_up(&self, _: &str, _: &Grant) -> BoxFuture<()> {
             Box::pin(async {})
         }
     }

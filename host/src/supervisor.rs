@@ -68,13 +68,14 @@ pub struct Loaded {
 pub trait Grants: Send + Sync + 'static {
     /// A new grant of the same slot to the same node after a failed start, or `None` if
     /// the slot is no longer this node's to restart.
-    fn regrant(&self, grant: &Grant) -> BoxFuture<Option<Grant>>;
+    /// `plugin` (the plugin's name) is for the log lines that say why it failed.
+    fn regrant(&self, plugin: &str, grant: &Grant) -> BoxFuture<Option<Grant>>;
     /// Gives the slot back after cleanup (a no-op when the lease was lost: the session's
     /// expiry vacates it).
-    fn release(&self, grant: &Grant, reason: CleanupReason) -> BoxFuture<()>;
+    fn release(&self, plugin: &str, grant: &Grant, reason: CleanupReason) -> BoxFuture<()>;
     /// Gives the slot up after repeated failures: the node is skipped for the resource
     /// for a while.
-    fn give_up(&self, grant: &Grant) -> BoxFuture<()>;
+    fn give_up(&self, plugin: &str, grant: &Grant) -> BoxFuture<()>;
 }
 
 /// What a supervisor needs from the node.
@@ -176,7 +177,9 @@ async fn supervise(
         let run = Run::new(&loaded, grant.clone(), &deps);
         let (outcome, error) = match run.once(&mut stop).await {
             Ended::Stopped(reason) => {
-                deps.grants.release(&grant, reason).await;
+                deps.grants
+                    .release(&loaded.entry.name, &grant, reason)
+                    .await;
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
@@ -222,7 +225,7 @@ async fn supervise(
                 restarts,
                 humantime::format_duration(limits.restart_window),
             );
-            deps.grants.give_up(&grant).await;
+            deps.grants.give_up(&loaded.entry.name, &grant).await;
             lost(&grant, "failed");
             return SlotEnd::Failed;
         }
@@ -243,7 +246,7 @@ async fn supervise(
         tokio::select! {
             biased;
             reason = stop.as_mut() => {
-                deps.grants.release(&grant, reason).await;
+                deps.grants.release(&loaded.entry.name, &grant, reason).await;
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
@@ -252,11 +255,11 @@ async fn supervise(
         let next = tokio::select! {
             biased;
             reason = stop.as_mut() => {
-                deps.grants.release(&grant, reason).await;
+                deps.grants.release(&loaded.entry.name, &grant, reason).await;
                 lost(&grant, reason_name(reason));
                 return SlotEnd::Stopped(reason);
             }
-            next = deps.grants.regrant(&grant) => next,
+            next = deps.grants.regrant(&loaded.entry.name, &grant) => next,
         };
         lost(&grant, "restarting");
         match next {

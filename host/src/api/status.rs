@@ -935,11 +935,13 @@ pub(crate) fn age(ms: u64) -> String {
 }
 
 /// The word people read for a change's `what`: one word for one reason across status,
-/// watch and page (`session-expired`, as `tenure watch` prints it; the JSON keeps
-/// `expired`).
+/// watch and page, as `tenure watch` prints them (`session-expired`; `granted
+/// (restarted)` for a restart under a new token); the JSON keeps `expired` and
+/// `regranted`.
 fn word(what: &str) -> &str {
     match what {
         "expired" => "session-expired",
+        "regranted" => "granted (restarted)",
         other => other,
     }
 }
@@ -958,4 +960,17 @@ fn labels(labels: &BTreeMap<String, String>) -> String {
 
 fn list(items: impl Iterator<Item = String>) -> String {
     dash(&items.collect::<Vec<_>>().join(","))
+}
+
+#[cfg(test)]
+mod words {
+    /// The text says what `tenure watch` says for the same change (issue 28): before,
+    /// `expired` and `regranted`, where the watch says `session-expired` and `granted …
+    /// reason=restarted`.
+    #[test]
+    fn a_change_reads_as_the_watch_words_it() {
+        assert_eq!(super::word("expired"), "session-expired");
+        assert_eq!(super::word("regranted"), "granted (restarted)");
+        assert_eq!(super::word("granted"), "granted");
+    }
 }

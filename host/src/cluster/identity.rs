@@ -115,7 +115,7 @@ random_id!(
     /// store of format 3 or older, when it is migrated) and kept in its format record
     /// (`raft/format.rs`). A data dir that is emptied or replaced gets a new one, so two
     /// processes under one name are told apart by it: a restart keeps the store, a second
-    /// process on another data dir does not (`apply.rs`, sessions).
+    /// process on another data dir does not (`sessions.rs`).
     StoreId,
     "store"
 );

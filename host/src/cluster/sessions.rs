@@ -18,7 +18,9 @@
 //! - **A newer run of P's store** (a restart of the node while the leader still counts S
 //!   as live; a second process on a copy of the data dir; a machine that took over the
 //!   disk while the old one may still run): S is marked superseded and the request is
-//!   refused. The leader acknowledges no further renewal of S (`node/session.rs`), so S
+//!   refused. Once a leader has applied that, it acknowledges no further renewal of S
+//!   (`node/session.rs`; one that has not yet may still acknowledge one, which only
+//!   delays the expiry: expiry follows acknowledgements), so S
 //!   expires by the ordinary rule, a TTL after its last acknowledged renewal and so after
 //!   P's own deadline; only then do its slots move, and the newer run's next request
 //!   opens its session. Before, the new session vacated S at once: a successor could
@@ -29,7 +31,7 @@
 //!   while S lives, naming the process that holds it. When S ends (its renewals stopped),
 //!   the other store may open one.
 //! - **S was opened with [`Command::OpenSession`]** (before this rule, by a build without
-//!   store ids): treated as an older run of the asking store.
+//!   store ids): superseded by whichever process asks, as an older run would be.
 
 use super::Process;
 use super::state::*;

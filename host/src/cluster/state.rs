@@ -47,7 +47,7 @@ pub struct Cluster {
 }
 
 /// Which process opened a member's session, and whether a newer run of its store has
-/// asked for the session since (`apply.rs`, "Sessions").
+/// asked for the session since (`sessions.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionProcess {
     /// The session it opened ([`Session::id`]).
@@ -361,7 +361,7 @@ pub enum Command {
     /// the session this process held before and knows is over (its deadline passed and
     /// its plugins stopped), if any. Answered with [`Response::Session`]; a repeated
     /// request of the same process is answered with the session it opened, and a request
-    /// of another process while the session lives is refused (`apply.rs`, "Sessions").
+    /// of another process while the session lives is refused (`sessions.rs`).
     OpenSessionOf {
         node: String,
         at_ms: u64,

@@ -45,9 +45,9 @@ impl ClusterGrants {
 }
 
 impl Grants for ClusterGrants {
-    fn regrant(&self, grant: &Grant) -> BoxFuture<Option<Grant>> {
+    fn regrant(&self, plugin: &str, grant: &Grant) -> BoxFuture<Option<Grant>> {
         let shared = self.shared.clone();
-        let grant = grant.clone();
+        let (plugin, grant) = (plugin.to_owned(), grant.clone());
         self.on_node(async move {
             if !shared.lease_valid(Instant::now()) {
                 return None;
@@ -65,20 +65,20 @@ impl Grants for ClusterGrants {
                     ..grant
                 }),
                 Ok(other) => {
-                    tracing::info!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, answer = %other, "the slot cannot be restarted under a new token: {other}");
+                    tracing::info!(event = events::CONTROL_ERROR, %plugin, resource = %grant.resource, slot = grant.slot, token = grant.token, answer = %other, "the slot cannot be restarted under a new token: {other}");
                     None
                 }
                 Err(error) => {
-                    tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, %error, "cannot restart the slot");
+                    tracing::warn!(event = events::CONTROL_ERROR, %plugin, resource = %grant.resource, slot = grant.slot, %error, "cannot restart the slot");
                     None
                 }
             }
         }, || None)
     }
 
-    fn release(&self, grant: &Grant, reason: CleanupReason) -> BoxFuture<()> {
+    fn release(&self, plugin: &str, grant: &Grant, reason: CleanupReason) -> BoxFuture<()> {
         let shared = self.shared.clone();
-        let grant = grant.clone();
+        let (plugin, grant) = (plugin.to_owned(), grant.clone());
         self.on_node(async move {
             if reason == CleanupReason::LeaseLost {
                 // The session's expiry (or its replacement) vacates the slot.
@@ -93,14 +93,14 @@ impl Grants for ClusterGrants {
             // A failure is retried by the owner's reconciliation, which releases
             // releasing slots nothing runs.
             if let Err(error) = shared.propose(command).await {
-                tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot release the slot yet; will retry");
+                tracing::warn!(event = events::CONTROL_ERROR, %plugin, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot release the slot yet; will retry");
             }
         }, || ())
     }
 
-    fn give_up(&self, grant: &Grant) -> BoxFuture<()> {
+    fn give_up(&self, plugin: &str, grant: &Grant) -> BoxFuture<()> {
         let shared = self.shared.clone();
-        let grant = grant.clone();
+        let (plugin, grant) = (plugin.to_owned(), grant.clone());
         self.on_node(async move {
             let now = super::shared::now_ms();
             let command = Command::GiveUp {
@@ -111,7 +111,7 @@ impl Grants for ClusterGrants {
                 at_ms: now,
             };
             if let Err(error) = shared.propose(command).await {
-                tracing::warn!(event = events::CONTROL_ERROR, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot give the slot up");
+                tracing::warn!(event = events::CONTROL_ERROR, %plugin, resource = %grant.resource, slot = grant.slot, token = grant.token, %error, "cannot give the slot up");
             }
         }, || ())
     }
