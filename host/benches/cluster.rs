@@ -63,8 +63,6 @@
 //!    the new leader's `lease.inherited` when the owner led.
 //!
 //! `TENURE_BENCH_TTLS_MS` sets the TTLs of the failover section (default `2000,500`).
-//! `TENURE_BENCH_BIN` runs another build's `tenure` binary instead of this one's (to put
-//! a change beside the build before it, one run after the other).
 //! `TENURE_BENCH_RUST_LOG` adds log directives to the nodes' filter. Each node's output is in `<bench dir>/nN/output.log`; the bench dirs (under `TMPDIR`,
 //! default `/var/tmp`) are removed at the end unless `TENURE_BENCH_KEEP` is set.
 //!
@@ -142,7 +140,6 @@ fn main() -> anyhow::Result<()> {
     let settle = Duration::from_millis(env_usize("TENURE_BENCH_SETTLE_MS", 0)? as u64);
     let resources = env_usize("TENURE_BENCH_RESOURCES", 10_000)?;
     print_machine("before");
-    println!("binary: {}", tenure_bin().to_string_lossy());
     let heartbeat = build_heartbeat()?;
     let mut table = Table::default();
     let has = |s: &str| sections.iter().any(|x| x == s);
@@ -1171,7 +1168,7 @@ impl Proc {
                 log.file = Some(std::io::LineWriter::new(file));
             }
         }
-        let mut command = Command::new(tenure_bin());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("TENURE_") {
                 command.env_remove(key);
@@ -1673,7 +1670,7 @@ impl Cluster {
     fn admin(&self, i: usize, args: &[&str]) -> anyhow::Result<Output> {
         let addr = self.node_addr(i)?;
         let certs = self.root.path().join("certs");
-        let mut command = Command::new(tenure_bin());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
         command
             .args(args)
             .args(["--addr", &addr, "--node", self.name(i)])
@@ -1796,13 +1793,8 @@ fn free_udp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     sockets.iter().map(|s| Ok(s.local_addr()?.port())).collect()
 }
 
-/// The `tenure` binary the nodes run: this build's, or `TENURE_BENCH_BIN`.
-fn tenure_bin() -> std::ffi::OsString {
-    std::env::var_os("TENURE_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into())
-}
-
 fn tenure_cmd(cwd: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let output = Command::new(tenure_bin())
+    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(args)
         .current_dir(cwd)
         .stdin(Stdio::null())

@@ -18,9 +18,7 @@ use crate::cluster::{
     StoreId,
 };
 use crate::envelope::{Envelope, Sealer};
-use crate::node::{
-    Ask, Heard, Kept, LEADER_HEARD, RENEW, Renew, Renewal, Renewed, Round, SessionHeard, WITNESS,
-};
+use crate::node::{Ask, Heard, LEADER_HEARD, RENEW, Renew, Renewed};
 use crate::pki::{Algo, Signer};
 
 /// The wall clock the samples carry: 2026-01-01T00:00:00Z in ms.
@@ -284,7 +282,6 @@ pub(super) fn wire() -> Vec<Sample> {
     let sealed = sealer.seal(&signer(), "n2", RENEW, &payload, sent);
     assert_eq!(RENEW, 20);
     assert_eq!(LEADER_HEARD, 21);
-    assert_eq!(WITNESS, 22);
     vec![
         Sample::raw("envelope-sealed", sealed, |bytes| {
             crate::envelope::reencode_sealed(bytes).map_err(|e| e.to_string())
@@ -310,36 +307,9 @@ pub(super) fn wire() -> Vec<Sample> {
             "leader-heard-21-answer",
             &Heard {
                 elapsed_us: Some(1_500_000),
-                sessions: vec![SessionHeard {
-                    node: "n2".into(),
-                    session: 3,
-                    elapsed_us: 1_800_000,
-                }],
             },
         ),
-        Sample::of(
-            "leader-heard-21-answer-none",
-            &Heard {
-                elapsed_us: None,
-                sessions: vec![],
-            },
-        ),
-        Sample::of(
-            "witness-22-request",
-            &Round {
-                term: 5,
-                renewals: vec![Renewal {
-                    node: "n2".into(),
-                    session: 3,
-                    age_us: 1_200,
-                }],
-            },
-        ),
-        Sample::of("witness-22-answer-kept", &Kept::Kept),
-        Sample::of(
-            "witness-22-answer-refused",
-            &Kept::Refused("a round of term 5 and this node knows term 6".into()),
-        ),
+        Sample::of("leader-heard-21-answer-none", &Heard { elapsed_us: None }),
     ]
 }
 

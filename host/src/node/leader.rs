@@ -44,8 +44,6 @@ struct Terms {
     /// Where the clocks of the sessions held before this term start (`handoff.rs`):
     /// unknown until a majority of voters answered, and nothing expires until then.
     base: Option<Instant>,
-    /// Sessions whose clocks start before `base`: where the voters last saw them renewed.
-    bases: std::collections::BTreeMap<(String, u64), Instant>,
     /// Whether the sessions present when the base came were given it; sessions first
     /// seen later start their clock at first sight.
     seeded: bool,
@@ -75,20 +73,11 @@ impl Liveness {
         true
     }
 
-    /// Sets the base of `term`'s session clocks, learned from a majority of voters, and
-    /// the earlier start of each session they saw renewed (`handoff.rs`).
-    pub fn inherit(
-        &self,
-        term: u64,
-        base: Instant,
-        sessions: std::collections::BTreeMap<(String, u64), Instant>,
-    ) {
+    /// Sets the base of `term`'s session clocks, learned from a majority of voters.
+    pub fn inherit(&self, term: u64, base: Instant) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.enter(term);
-        if inner.base.is_none() {
-            inner.base = Some(base);
-            inner.bases = sessions;
-        }
+        inner.base.get_or_insert(base);
     }
 
     /// Whether `term`'s base is known.
@@ -99,8 +88,7 @@ impl Liveness {
 
     /// The sessions whose last renewal is older than `ttl` at `now`; none before the
     /// term's base is known. A session not renewed in this term starts its clock at the
-    /// base (or its own, earlier one) if it was there when the base came, else at first
-    /// sight.
+    /// base if it was there when the base came, else at first sight.
     pub fn expired(
         &self,
         term: u64,
@@ -113,21 +101,13 @@ impl Liveness {
         let Some(base) = inner.base else {
             return Vec::new();
         };
-        let seeded = inner.seeded;
+        let start = if inner.seeded { now } else { base };
         inner.seeded = true;
-        let bases = std::mem::take(&mut inner.bases);
         inner
             .last
             .retain(|node, (session, _)| sessions.iter().any(|(n, s)| n == node && s == session));
         let mut expired = Vec::new();
         for (node, session) in sessions {
-            let start = match seeded {
-                true => now,
-                false => bases
-                    .get(&(node.clone(), *session))
-                    .copied()
-                    .unwrap_or(base),
-            };
             let (_, last) = *inner.last.entry(node.clone()).or_insert((*session, start));
             if now.saturating_duration_since(last) >= ttl {
                 expired.push((node.clone(), *session));
@@ -151,9 +131,7 @@ impl Liveness {
             return None;
         }
         let base = inner.base?;
-        let unseeded = (!inner.seeded)
-            .then(|| inner.bases.values().copied().chain([base]).min())
-            .flatten();
+        let unseeded = (!inner.seeded).then_some(base);
         let earliest = inner
             .last
             .iter()
@@ -241,24 +219,15 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
                                 "at this leader's election: a voter could not bound the past"
                             }
                         };
-                        // The sessions the voters saw renewed start earlier: at
-                        // their last renewal (`witness.rs`).
-                        let earliest = inherited.sessions.values().min().map_or(ago, |at| {
-                            Duration::from_millis(at.elapsed().as_millis() as u64)
-                        });
                         tracing::info!(
                             event = events::LEASE_INHERITED,
                             term,
                             base_ms_ago = ago.as_millis() as u64,
                             from = inherited.from.as_str(),
-                            sessions = inherited.sessions.len(),
-                            earliest_ms_ago = earliest.as_millis() as u64,
-                            "the session clocks of term {term} start {} ago, {whence}; {} sessions at their last renewal, the earliest {} ago",
-                            humantime::format_duration(ago),
-                            inherited.sessions.len(),
-                            humantime::format_duration(earliest)
+                            "the session clocks of term {term} start {} ago, {whence}",
+                            humantime::format_duration(ago)
                         );
-                        liveness.inherit(term, base, inherited.sessions);
+                        liveness.inherit(term, base);
                     }
                 }),
             ));
@@ -382,7 +351,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
-        live.inherit(1, t0, Default::default());
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &sessions, t0 + ms(999), ttl).is_empty());
         assert!(live.renewed(1, "a", 5, t0 + ms(500)));
@@ -404,7 +373,7 @@ mod tests {
         assert!(live.expired(2, &sessions, later + ms(9000), ttl).is_empty());
         assert!(!live.inherited(2));
         // The voters last heard the old leader 300 ms before `later`.
-        live.inherit(2, later - ms(300), Default::default());
+        live.inherit(2, later - ms(300));
         assert!(live.inherited(2));
         assert!(!live.inherited(3));
         // A renewal in term 2 moves its session's clock on; the other counts from the base.
@@ -419,7 +388,7 @@ mod tests {
             [("a".to_owned(), 5), ("b".to_owned(), 6)]
         );
         // A later base does not replace the first.
-        live.inherit(2, later + ms(5000), Default::default());
+        live.inherit(2, later + ms(5000));
         assert_eq!(live.expired(2, &sessions, later + ms(1100), ttl).len(), 2);
     }
 
@@ -428,7 +397,7 @@ mod tests {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
-        live.inherit(2, t0, Default::default());
+        live.inherit(2, t0);
         assert!(
             live.expired(2, &[("a".into(), 5)], t0 + ms(10), ttl)
                 .is_empty()
@@ -443,29 +412,6 @@ mod tests {
         assert_eq!(live.expired(2, &both[1..], t0 + ms(2500), ttl).len(), 1);
     }
 
-    /// Issue 30, item 4: a session the voters saw renewed starts at its own base, earlier
-    /// than the term's; the others start at the term's base.
-    #[test]
-    fn a_session_with_its_own_base_starts_there() {
-        let live = Liveness::default();
-        let t0 = Instant::now() + ms(1000);
-        let ttl = ms(1000);
-        let sessions = [("a".to_owned(), 5), ("b".to_owned(), 6)];
-        let own = [(("a".to_owned(), 5), t0 - ms(400))].into_iter().collect();
-        live.inherit(2, t0, own);
-        assert_eq!(live.next_expiry(2, ttl), Some(t0 + ms(600)));
-        assert!(live.expired(2, &sessions, t0 + ms(599), ttl).is_empty());
-        assert_eq!(
-            live.expired(2, &sessions, t0 + ms(600), ttl),
-            [("a".to_owned(), 5)]
-        );
-        assert_eq!(live.next_expiry(2, ttl), Some(t0 + ttl), "b at the base");
-        assert!(
-            live.expired(2, &sessions[1..], t0 + ms(999), ttl)
-                .is_empty()
-        );
-    }
-
     #[test]
     fn the_next_expiry_is_the_earliest_clock_start_plus_the_ttl() {
         let live = Liveness::default();
@@ -476,7 +422,7 @@ mod tests {
         assert!(live.renewed(2, "a", 5, t0 + ms(100)));
         assert_eq!(live.next_expiry(2, ttl), None);
         // Sessions present when the base came start at it.
-        live.inherit(2, t0, Default::default());
+        live.inherit(2, t0);
         assert_eq!(live.next_expiry(2, ttl), Some(t0 + ttl));
         assert!(live.expired(2, &sessions, t0 + ms(50), ttl).is_empty());
         assert_eq!(
@@ -502,7 +448,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
-        live.inherit(1, t0, Default::default());
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
         assert_eq!(live.expired(1, &sessions, t0 + ms(1000), ttl), sessions);
         // A renewal that arrived before the decision but is answered after it is refused.
@@ -517,7 +463,7 @@ mod tests {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
-        live.inherit(1, t0, Default::default());
+        live.inherit(1, t0);
         assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &[("a".into(), 5)], t0, ttl).is_empty());
         // a's session 5 is replaced by 9, first seen now: its clock starts now.

@@ -33,7 +33,6 @@ mod recovery;
 mod revocations;
 mod session;
 mod shared;
-mod witness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -57,7 +56,7 @@ use crate::transport::{ResetKey, TlsFiles, TransportConfig};
 
 pub use grants::GIVE_UP_COOLDOWN;
 #[cfg(test)]
-pub(crate) use handoff::{Ask, Heard, LEADER_HEARD, SessionHeard};
+pub(crate) use handoff::{Ask, Heard, LEADER_HEARD};
 use leader::Liveness;
 use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
@@ -67,8 +66,6 @@ use session::Renewals;
 #[cfg(test)]
 pub(crate) use session::{RENEW, Renew, Renewed};
 use shared::{Shared, now_ms};
-#[cfg(test)]
-pub(crate) use witness::{Kept, Renewal, Round, WITNESS};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]

@@ -7,9 +7,7 @@
 //!   acknowledgement moves the deadline, to `send time + T − m`
 //!   ([`Lease::acked`](crate::ownership::Lease::acked)), never back.
 //! - The leader answers only after a quorum round that began after the renewal arrived
-//!   ([`answer`]), so a deposed or partitioned leader cannot acknowledge; the round
-//!   also leaves the renewal's receive time with a quorum of voters (`witness.rs`), from
-//!   which a new leader starts the session's clock.
+//!   ([`answer`]), so a deposed or partitioned leader cannot acknowledge.
 //! - When the deadline passes, or the leader says the session is unknown (expired),
 //!   the node has lost its lease: the engine stops its plugins by the deadline. It waits
 //!   until the deadline has passed and every plugin of the session has stopped, then
@@ -21,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::handoff;
 use super::leader::Liveness;
 use super::shared::{Shared, now_ms};
-use super::{handoff, witness};
 use crate::cluster::{Command, Response};
 use crate::events;
 
@@ -209,7 +207,7 @@ async fn open(shared: &Shared, every: Duration, ended: Option<u64>) -> u64 {
 }
 
 /// Sends one renewal to the leader (or answers it here, on the leader).
-async fn renew(shared: &Arc<Shared>, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
+async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
     let (leader, addr) = shared
         .control
         .leader()
@@ -228,7 +226,7 @@ async fn renew(shared: &Arc<Shared>, liveness: &Liveness, session: u64) -> Resul
 /// lock expiry decisions take, whether the session was already decided expired (then it
 /// is refused: an acknowledgement must never extend a lease the leader is ending).
 pub async fn answer(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     liveness: &Liveness,
     node: &str,
     session: u64,
@@ -239,9 +237,12 @@ pub async fn answer(
     let received = Instant::now();
     let term = shared.control.term();
     // Recorded for the handoff (after the renewal arrived), then a quorum round that
-    // starts after it: a quorum heard this leader after the renewal arrived, and kept
-    // the renewal's receive time (`witness.rs`).
-    super::witness::confirm(shared, term, node, session, received).await?;
+    // starts after it: a quorum heard this leader after the renewal arrived.
+    shared
+        .control
+        .confirm_leadership(term)
+        .await
+        .map_err(|e| e.to_string())?;
     let current = shared.read(|c| {
         c.members
             .get(node)
@@ -257,8 +258,7 @@ pub async fn answer(
     Ok(Renewed::Ok)
 }
 
-/// The node's own signed-call kinds (renewals, the renewal round, the lease handoff's
-/// question), served
+/// The node's own signed-call kinds (renewals, the lease handoff's question), served
 /// beside Raft's.
 pub struct Renewals {
     node: std::sync::OnceLock<(Arc<Shared>, Arc<Liveness>)>,
@@ -301,13 +301,6 @@ impl crate::rpc::Service for Renewals {
                         crate::rpc::decode(&payload).map_err(|e| format!("bad question: {e}"))?;
                     let heard = handoff::answer(&shared, ask.term).await?;
                     postcard::to_allocvec(&heard).map_err(|e| e.to_string())
-                }
-                witness::WITNESS => {
-                    let received = std::time::Instant::now();
-                    let round: witness::Round =
-                        crate::rpc::decode(&payload).map_err(|e| format!("bad round: {e}"))?;
-                    let kept = shared.witness.keep(&shared.control, &round, received).await;
-                    postcard::to_allocvec(&kept).map_err(|e| e.to_string())
                 }
                 _ => Err(format!("unknown message kind {kind}")),
             }

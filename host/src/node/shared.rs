@@ -31,9 +31,6 @@ pub struct Shared {
     pub live: LiveStarts,
     /// Its plugins' last failed starts, for the status it answers (`crate::failures`).
     pub failures: Arc<Failures>,
-    /// The renewal rounds this node leads and the receive times it keeps as a voter
-    /// (`witness.rs`).
-    pub witness: super::witness::Witness,
     /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
     /// it is created after them).
     rpc: OnceLock<Arc<Rpc>>,
@@ -60,7 +57,6 @@ impl Shared {
             node_lease: Arc::new(NodeLease::new(enforced)),
             live: LiveStarts::default(),
             failures: Arc::default(),
-            witness: Default::default(),
             rpc: OnceLock::new(),
         }
     }

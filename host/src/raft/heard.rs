@@ -14,9 +14,7 @@
 //! before it), and, on a leader, every quorum round it starts before acknowledging a
 //! renewal (recorded before the round starts, after the renewal arrived; a round Raft
 //! takes after this node adopted a higher term fails, so the record is in place before
-//! any answer that round could matter to), and every renewal round of the node's own that
-//! it kept (`node/witness.rs`, recorded under that module's gate, which an answer settles
-//! first). Times are monotonic (`Instant`), so they mean
+//! any answer that round could matter to). Times are monotonic (`Instant`), so they mean
 //! nothing across a restart.
 //!
 //! **The three answers** ([`Since`]), for a question from the leader of term t:

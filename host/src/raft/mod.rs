@@ -113,9 +113,6 @@ pub use kinds::{
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
-/// Shared rounds, also for the node's renewal round that carries receive times
-/// (`node/witness.rs`).
-pub(crate) use rounds::Rounds;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 
@@ -718,13 +715,6 @@ impl Control {
     pub async fn confirm_leadership(&self, term: u64) -> Result<(), ControlError> {
         self.shared.heard.record(term, Instant::now());
         self.ensure_leadership().await
-    }
-
-    /// Records that a leader of `term` was heard now outside Raft: its renewal round
-    /// (`node/witness.rs`, which holds its own gate around this call, so an answer that
-    /// settles that gate first sees the record: condition (b) of `heard.rs`).
-    pub fn record_leader_heard(&self, term: u64) {
-        self.shared.heard.record(term, Instant::now());
     }
 
     /// How long ago this node last heard a leader of a term below `term` (accepted its

@@ -18,11 +18,10 @@
 
 use quinn::VarInt;
 
-/// The ALPN protocol name of Tenure's node-to-node protocol, version 4
+/// The ALPN protocol name of Tenure's node-to-node protocol, version 3
 /// ([`crate::version::WIRE_VERSION`]: version 1 had no STORE_INFO, and its nodes would
 /// wait for ever for an answer from it; version 2's envelopes carry no cluster id, and
-/// version 3's cannot be read by it; version 3 has no renewal round (kind 22), its
-/// handoff answers carry no sessions, and it knows no `OpenSessionOf`; so none of them are spoken side by side).
+/// version 3's cannot be read by it; so none of them are spoken side by side).
 pub const ALPN: &[u8] = b"tenure/4";
 
 /// Response status: the handler answered; the frame is its response body.
