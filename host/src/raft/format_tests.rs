@@ -247,50 +247,39 @@ fn a_new_store_is_made_in_the_current_format() {
     assert!(!dir.path().join("raft.redb.format-1").exists());
 }
 
-/// Format 2's snapshot image of the golden samples (`host/golden/store/snapshot-image.hex`
-/// as format 2 recorded it, kept in `tests/fixtures/format-2`) reads in this build after
-/// [`format::image_from`]: the same state, without a cluster id.
-#[test]
-fn a_format_2_snapshot_image_reads_after_its_migration() {
-    let hex: String = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-2/snapshot-image.hex"),
-    )
-    .unwrap()
-    .split_whitespace()
-    .collect();
+/// The snapshot image of the golden samples as store format `from` recorded it (kept in
+/// `tests/fixtures/format-N`), read in this build after [`format::image_from`]. Asserts
+/// first that the old bytes do not read as they are (else the migration is pointless).
+fn migrated_fixture(from: u32) -> super::state_machine::Image {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../tests/fixtures/format-{from}/snapshot-image.hex"
+    ));
+    let hex: String = std::fs::read_to_string(path)
+        .unwrap()
+        .split_whitespace()
+        .collect();
     let old = hex::decode(hex).unwrap();
     assert!(
         postcard::from_bytes::<super::state_machine::Image>(&old).is_err(),
-        "format 2's bytes read as they are: the migration would be pointless"
+        "format {from}'s bytes read as they are: the migration would be pointless"
     );
-    let image: super::state_machine::Image =
-        postcard::from_bytes(&format::image_from(2, old)).unwrap();
+    postcard::from_bytes(&format::image_from(from, old)).unwrap()
+}
+
+/// Format 2's image reads as the same state, without a cluster id.
+#[test]
+fn a_format_2_snapshot_image_reads_after_its_migration() {
     // Format 2's samples were the first 19 commands (`Identify` came with format 3).
     let expected = crate::golden::samples::cluster_after(19);
     assert!(expected.id.is_none());
-    assert_eq!(image.cluster, expected);
+    assert_eq!(migrated_fixture(2).cluster, expected);
 }
 
-/// Format 3's snapshot image of the golden samples (kept in `tests/fixtures/format-3`)
-/// reads in this build after [`format::image_from`]: the same state, with no session
-/// processes (format 4).
+/// Format 3's image reads as the same state, with no session processes (format 4).
 #[test]
 fn a_format_3_snapshot_image_reads_after_its_migration() {
-    let hex: String = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-3/snapshot-image.hex"),
-    )
-    .unwrap()
-    .split_whitespace()
-    .collect();
-    let old = hex::decode(hex).unwrap();
-    assert!(
-        postcard::from_bytes::<super::state_machine::Image>(&old).is_err(),
-        "format 3's bytes read as they are: the migration would be pointless"
-    );
-    let image: super::state_machine::Image =
-        postcard::from_bytes(&format::image_from(3, old)).unwrap();
     // Format 3's samples were the first 20 commands (`OpenSessionOf` came with format 4).
     let expected = crate::golden::samples::cluster_after(20);
     assert!(expected.id.is_some() && expected.session_processes.is_empty());
-    assert_eq!(image.cluster, expected);
+    assert_eq!(migrated_fixture(3).cluster, expected);
 }
