@@ -688,7 +688,9 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
     // The new leader expires every session it has not seen renewed, the third node's
     // too, which then waits out its own deadline (near the old leader's) before opening
     // a new session: that alone would hide the early expiry. Restarted now, the third
-    // node opens its session in the new term, and the slot goes to it.
+    // node opens its session in the new term, and the slot goes to it. The restart is a
+    // clean stop: a killed run's session would stay live (the restarted node gets none
+    // until it expires, one process per name), and placement could hold the slot for it.
     let new_leader = c.wait("a new leader's lease.inherited", WAIT, |c| {
         (0..3).filter(|&i| i != x).find(|&i| {
             c.node(i)
@@ -699,8 +701,9 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
     });
     let third = (0..3).find(|&i| i != x && i != new_leader).unwrap();
     let name = c.name(third).to_string();
-    schedule.record(now_us(), &name, "kill");
-    c.kill(third);
+    schedule.record(now_us(), &name, "stop");
+    let stopped = c.stop(third);
+    assert!(stopped.success(), "{name} exited with {stopped}");
     c.spawn(third);
     schedule.record(now_us(), &name, "spawn");
     let successor = c.wait("the slot granted on the majority side", WAIT, |c| {
