@@ -840,3 +840,136 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
     ok(&c.admin_as(via, OPERATOR, &["remove", &victim]), "remove");
     assert_eq!(role(&c.status_via(via)), None, "{victim} is forgotten");
 }
+
+/// The preload library that shifts a process's wall clock (Debian's `libfaketime`, which
+/// `.ci/run` installs): the real clock calls of a real `tenure` process, not a test switch.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Clock skew is a warning, not a partition (issue 24): n3's wall clock runs a minute
+/// ahead of the others' (its monotonic clock, which the leases use, is untouched). It
+/// still forms the cluster with them, opens a session and runs a slot, and every node
+/// says how far off the other's clock is instead of refusing its messages.
+#[test]
+fn a_node_whose_wall_clock_is_a_minute_ahead_takes_part_and_is_warned_about() {
+    assert!(
+        std::path::Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: install Debian's faketime package (`apt-get install faketime`; .ci/run does)"
+    );
+    let ahead: Vec<std::ffi::OsString> = [
+        "env",
+        &format!("LD_PRELOAD={FAKETIME}"),
+        "FAKETIME=+60s",
+        "FAKETIME_DONT_FAKE_MONOTONIC=1",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let mut c = Cluster::builder(3)
+        .wrappers(vec![Vec::new(), Vec::new(), ahead])
+        .build();
+    let hb = plugins().heartbeat_bytes();
+    c.install_plugin_everywhere("trio", &manifest("trio", 3, "1.0.0"), &hb);
+    c.start();
+    let owners = c.wait_owners("trio", 3, |_| true);
+    let on_n3 = owners
+        .iter()
+        .find(|o| o.node == "n3")
+        .unwrap_or_else(|| panic!("n3 owns no slot of trio: {owners:?}"));
+    let token = on_n3.token;
+    c.wait_event(2, "a heartbeat under n3's grant", 0, move |e| {
+        log_starting("trio", "tick ")(e) && e["token"] == token
+    });
+    // Each side of a link (the leader and each follower talk; two followers need not)
+    // measures the other's offset from the envelopes' send times: about +60 s for n3 as
+    // the others see it, about -60 s for them as n3 sees it.
+    let offset_of = |i: usize, peer: String| {
+        c.wait_event(i, "a clock.skew warning", 0, move |e| {
+            is("clock.skew").with("peer", peer.as_str()).matches(e) && e["level"] == "WARN"
+        })["offset_ms"]
+            .as_i64()
+            .expect("offset_ms")
+    };
+    let (leader, _) = c.settled_leader().expect("a leader");
+    let links: Vec<usize> = if leader == "n3" {
+        vec![0, 1]
+    } else {
+        vec![c.index(&leader)]
+    };
+    for i in links {
+        let name = c.name(i).to_string();
+        let seen = offset_of(i, "n3".into());
+        let seeing = offset_of(2, name.clone());
+        assert!(
+            (55_000..65_000).contains(&seen),
+            "{name} saw n3's clock off by {seen} ms, not about a minute ahead"
+        );
+        assert!(
+            (-65_000..-55_000).contains(&seeing),
+            "n3 saw {name}'s clock off by {seeing} ms, not about a minute behind"
+        );
+    }
+    for i in 0..3 {
+        let refused = c.node(i).count(|e| is("security.rejected").matches(e));
+        assert_eq!(
+            refused,
+            0,
+            "n{} refused messages: {:?}",
+            i + 1,
+            c.node(i).events()
+        );
+    }
+    c.stop_all();
+}
+
+/// Replicas agree (issue 25): n3 runs the test-only broken replica
+/// (`TENURE_UNSAFE_CORRUPT_REPLICA`: it drops every saved state it applies), so after the
+/// counter's saves its state differs from the others'. The leader's replica check must
+/// say so: a `replica.diverged` ERROR naming the member and the index, and `tenure
+/// status` from the leader lists it. The others must not be named.
+#[test]
+fn a_replica_that_applies_entries_differently_is_reported_by_the_leader() {
+    let mut c = Cluster::builder(3)
+        .config("[replicas]\ncheck_every = \"1s\"\n")
+        .build();
+    c.node_mut(2).set_env("TENURE_UNSAFE_CORRUPT_REPLICA", "1");
+    c.install_plugin_everywhere(
+        "counter",
+        &manifest("counter", 1, "1.0.0"),
+        &plugins().counter_bytes(),
+    );
+    c.start();
+    let (reporter, alarm) = c.wait("a replica.diverged alarm", Duration::from_secs(90), |c| {
+        (0..3).find_map(|i| {
+            c.node(i)
+                .events()
+                .into_iter()
+                .find(|e| is("replica.diverged").matches(e) && e["level"] == "ERROR")
+                .map(|e| (i, e))
+        })
+    });
+    eprintln!("alarm on n{}: {alarm}", reporter + 1);
+    let named = str_field(&alarm, "node").to_string();
+    // n3 is the odd one out: named by any other leader; were n3 the leader itself, the
+    // others differ from it.
+    if reporter == 2 {
+        assert!(named == "n1" || named == "n2", "{alarm}");
+    } else {
+        assert_eq!(named, "n3", "{alarm}");
+    }
+    let index = alarm["index"].as_u64().expect("index");
+    assert!(index > 0 && index % 16 == 0, "{alarm}");
+    let status = c.status_via(reporter);
+    let diverged = status["diverged"].as_array().cloned().unwrap_or_default();
+    assert!(
+        diverged.iter().any(|d| d["node"] == named.as_str()),
+        "status via the leader lists no divergence of {named}: {}",
+        status["diverged"]
+    );
+    let text = c.admin_as(reporter, OPERATOR, &["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("ALARM: the replica of {named} differs")),
+        "{text}"
+    );
+    c.stop_all();
+}

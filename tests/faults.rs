@@ -1,5 +1,8 @@
 //! Fault injection: a seeded run of five real nodes under kills, pauses, shutdowns,
-//! certificate rotations, plugin rollouts and partitions, checked afterwards by
+//! certificate rotations, plugin rollouts, lost disks ("wipe": a node's data dir emptied;
+//! "replace": the same name on a new address with a fresh data dir; either is refused as
+//! its old self and comes back by the operator's way, `member remove` then `join`) and
+//! partitions, checked afterwards by
 //! `support/checker.rs`; the checker's own tests on hand-made logs; and a deliberately
 //! broken build (`TENURE_UNSAFE_NO_SELF_DEMOTION=1`) that the checker must catch.
 //!
@@ -38,18 +41,20 @@ const RECOVERY: Duration = Duration::from_secs(3);
 
 /// The fault kinds the seed picks from. The last three take links down, so they run only
 /// in namespace mode; loopback mode picks from the first [`LOOPBACK_KINDS`].
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 11] = [
     "kill-owner",
     "kill-leader",
     "pause",
     "shutdown",
     "rotate-cert",
     "rollout",
+    "wipe",
+    "replace",
     "partition",
     "isolate-leader",
     "flap",
 ];
-const LOOPBACK_KINDS: usize = 6;
+const LOOPBACK_KINDS: usize = 8;
 
 /// The two tests that run clusters take turns: a second cluster's start-up load would
 /// stretch the first one's recovery times.
@@ -224,7 +229,11 @@ fn seeded_fault_run() {
             )
         }
     );
-    let mut builder = Cluster::builder(n).ttl(TTL);
+    // Replicas compared every 2 s, so that the checker's `replica` property sees the
+    // leader's comparisons throughout the run.
+    let mut builder = Cluster::builder(n)
+        .ttl(TTL)
+        .config("[replicas]\ncheck_every = \"2s\"\n");
     if let Some(net) = &net {
         builder = builder
             .hosts((0..n).map(|i| net.ip(i)).collect())
@@ -336,6 +345,20 @@ fn seeded_fault_run() {
                     thread::sleep(rng.ms(100, 800));
                 }
             }
+            "wipe" | "replace" => {
+                let target = owner.unwrap_or(random_node);
+                let name = c.name(target).to_string();
+                schedule.record(now_us(), &name, kind);
+                c.kill(target);
+                c.wipe(target);
+                if kind == "replace" {
+                    let (host, port) = c.member(target).addr.rsplit_once(':').unwrap();
+                    let moved = format!("{host}:{}", port.parse::<u16>().unwrap() + 1);
+                    c.set_listen(target, &moved);
+                }
+                come_back_as_a_new_member(&mut c, target);
+                schedule.record(now_us(), &name, "spawn");
+            }
             "partition" | "isolate-leader" => {
                 let net = net.as_ref().expect("partitions need namespaces");
                 let target = if kind == "partition" { owner } else { leader };
@@ -410,6 +433,44 @@ fn seeded_fault_run() {
         "seed {seed}: {} violation(s)\n{report}",
         violations.len()
     );
+}
+
+/// Starts node `i`, whose data dir was emptied, and brings it back the way the refusal
+/// tells the operator to: it must refuse to start as its old self (it forgot its votes and
+/// log, issue 24); once its old session has expired, `tenure member remove` takes the old
+/// member out, and the node, now configured to `join`, comes back as a new member.
+fn come_back_as_a_new_member(c: &mut Cluster, i: usize) {
+    let name = c.name(i).to_string();
+    c.spawn(i);
+    let (status, stderr) = c.wait_refused(i);
+    assert!(
+        !status.success() && stderr.contains("has run in this cluster before"),
+        "{name} with an empty data dir was not refused as its old self ({status}): {stderr}"
+    );
+    c.wait("the old member removed", WAIT, |c| {
+        c.admin(&["member", "remove", &name])
+            .status
+            .success()
+            .then_some(())
+    });
+    let config = c.node(i).dir().join("tenure.toml");
+    if std::fs::read_to_string(&config)
+        .unwrap()
+        .contains("\npeers = ")
+    {
+        c.switch_to_join(i);
+    }
+    // The members as they are now (an earlier "replace" moved one), as an operator
+    // would list them.
+    let members: Vec<String> = (0..c.len())
+        .filter(|&j| j != i)
+        .map(|j| format!("{}@{}", c.name(j), c.member(j).addr))
+        .collect();
+    c.set_join(i, &members);
+    c.spawn(i);
+    c.wait_event(i, "the wiped node joined as a new member", 0, |e| {
+        is("cluster.joined").matches(e)
+    });
 }
 
 /// The `q` quantile of sorted `v` (nearest rank).

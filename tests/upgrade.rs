@@ -279,8 +279,8 @@ fn version_names_the_formats_and_protocols() {
     for part in [
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
         "store format 4 (reads formats 1 to 4)",
-        "node protocol tenure/4",
-        "operator protocol tenure-operator/6",
+        "node protocol tenure/5",
+        "operator protocol tenure-operator/7",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");
     }

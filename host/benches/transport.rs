@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, ensure};
 use tempfile::TempDir;
-use tenure::envelope::{DEFAULT_SKEW, Gate, Sealer};
+use tenure::envelope::{Gate, Sealer};
 use tenure::pki::{self, Algo, IfExists, Signer, Subject, Verifier};
 use tenure::runtime::BoxFuture;
 use tenure::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig};
@@ -175,7 +175,7 @@ fn envelope_section(certs: &Certs) -> anyhow::Result<Vec<Figure>> {
     println!("\n== envelope: Sealer::seal (n1 → n2), Gate::open (at n2) ==");
     let incarnation = tenure::envelope::unix_ms(SystemTime::now());
     let sealer = Sealer::new("n1".into(), incarnation);
-    let gate = Gate::new("n2".into(), DEFAULT_SKEW);
+    let gate = Gate::new("n2".into());
     let mut figures = Vec::new();
     for len in PAYLOADS {
         let payload = pattern(len);
@@ -187,7 +187,7 @@ fn envelope_section(certs: &Certs) -> anyhow::Result<Vec<Figure>> {
             let wire = sealer.seal(&certs.signer, "n2", KIND, black_box(&payload), now);
             let sealed = Instant::now();
             let envelope = gate
-                .open(black_box(&wire), "n1", &certs.verifier, now)
+                .open(black_box(&wire), "n1", &certs.verifier)
                 .context("a fresh envelope was rejected")?;
             let opened = Instant::now();
             ensure!(envelope.payload == payload, "the payload changed");

@@ -56,6 +56,9 @@ pub struct Config {
     /// The cap on the incremental compilation cache (`DATA_DIR/incremental/`), in bytes;
     /// 0: no incremental cache.
     pub incremental_cache: u64,
+    /// `[replicas] check_every`: how often the leader compares the members' replicas
+    /// with its own (`raft/checksums.rs`).
+    pub replica_check: Duration,
 }
 
 /// Another node: its name (which its certificate must carry) and address.
@@ -92,6 +95,7 @@ impl Default for Config {
             voters: None,
             replace_voter_after: DEFAULT_REPLACE_VOTER_AFTER,
             incremental_cache: DEFAULT_INCREMENTAL_CACHE_MIB << 20,
+            replica_check: crate::raft::DEFAULT_REPLICA_CHECK,
         }
     }
 }
@@ -159,6 +163,14 @@ struct ConfigFile {
     metrics: Option<MetricsFile>,
     voters: Option<VotersFile>,
     compile: Option<CompileFile>,
+    replicas: Option<ReplicasFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicasFile {
+    /// e.g. "30s".
+    check_every: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -241,6 +253,9 @@ impl Config {
             }
             if let Some(voters) = parsed.voters {
                 voters_file(&mut config, voters)?;
+            }
+            if let Some(every) = parsed.replicas.and_then(|r| r.check_every) {
+                config.replica_check = replica_check(&every)?;
             }
             if let Some(mib) = parsed.compile.and_then(|c| c.incremental_cache_mib) {
                 config.incremental_cache =
@@ -335,6 +350,22 @@ fn voters_file(config: &mut Config, voters: VotersFile) -> Result<(), ConfigErro
         config.replace_voter_after = parsed;
     }
     Ok(())
+}
+
+/// Parses `[replicas] check_every`: a duration of at least a second.
+fn replica_check(every: &str) -> Result<Duration, ConfigError> {
+    let invalid = |message| ConfigError::Invalid {
+        key: "replicas.check_every",
+        message,
+    };
+    let parsed =
+        humantime::parse_duration(every).map_err(|e| invalid(format!("{every:?}: {e}")))?;
+    if parsed < Duration::from_secs(1) {
+        return Err(invalid(format!(
+            "{every:?} is shorter than 1s: each check asks every member for its hashes"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// The shortest `[voters] replace_after`.
@@ -476,6 +507,9 @@ mod tests {
         let config = load("[voters]\ncount = 5\nreplace_after = \"90s\"\n").unwrap();
         assert_eq!(config.voters, Some(5));
         assert_eq!(config.replace_voter_after, Duration::from_secs(90));
+        assert_eq!(config.replica_check, crate::raft::DEFAULT_REPLICA_CHECK);
+        let config = load("[replicas]\ncheck_every = \"2s\"\n").unwrap();
+        assert_eq!(config.replica_check, Duration::from_secs(2));
         for (text, says) in [
             (
                 "[voters]\ncount = 4\n",
@@ -488,6 +522,10 @@ mod tests {
             (
                 "[voters]\nreplace_after = \"soon\"\n",
                 "voters.replace_after: \"soon\"",
+            ),
+            (
+                "[replicas]\ncheck_every = \"100ms\"\n",
+                "replicas.check_every: \"100ms\" is shorter than 1s",
             ),
         ] {
             let err = load(text).unwrap_err().to_string();

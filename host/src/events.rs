@@ -59,6 +59,13 @@ pub const TRANSPORT_REJECTED: &str = "transport.rejected";
 /// (unknown CA, expired, not yet valid, wrong name), no acceptable identity, a connection
 /// closed because its CA was removed, or an envelope that failed its checks.
 pub const SECURITY_REJECTED: &str = "security.rejected";
+/// The leader found a member's replica different from its own at a log index (ERROR,
+/// with `node` and `index`), or the same again (INFO) (`raft/checksums.rs`).
+pub const REPLICA_DIVERGED: &str = "replica.diverged";
+/// A peer's wall clock is more than a second off this node's (WARN, with `peer` and
+/// `offset_ms`, the peer's clock minus ours), or back within it (INFO). Its messages are
+/// accepted either way (`envelope/clock_log.rs`).
+pub const CLOCK_SKEW: &str = "clock.skew";
 /// The node's certificate and key, or the CA bundle, were reloaded from their files.
 pub const TLS_RELOADED: &str = "tls.reloaded";
 /// A changed certificate, key or CA bundle could not be loaded; the previous one stays.

@@ -105,6 +105,9 @@ pub struct Sample {
     /// The CAs this node trusts in new handshakes: each one's fingerprint and the end of
     /// its validity (seconds since the Unix epoch), in bundle order.
     pub ca_certificates: Vec<(String, u64)>,
+    /// On the leader: the members whose replicas differ from its own, with the first log
+    /// index found to differ (`raft/checksums.rs`).
+    pub diverged: std::collections::BTreeMap<String, u64>,
 }
 
 /// More log entries than this held but not applied, and the replica is behind: not ready.

@@ -4,10 +4,10 @@
 //! without its version.
 
 /// The version of the node-to-node protocol: the `N` of ALPN `tenure/N`.
-pub const WIRE_VERSION: u32 = 4;
+pub const WIRE_VERSION: u32 = 5;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
-pub const ADMIN_VERSION: u32 = 6;
+pub const ADMIN_VERSION: u32 = 7;
 
 /// What `tenure --version` prints after the name: the version, then the formats and
 /// protocols, a line each.

@@ -18,6 +18,8 @@
 //! 6. `stale-write` ([`downstream`], over what a plugin's downstream service received):
 //!    per slot, in arrival order, the `tenure-token` never goes backwards, except for a
 //!    write that was on the wire when its node froze or was cut off.
+//! 7. `replica`: no leader ever found a member's replica different from its own
+//!    (`replica.diverged` at ERROR).
 //!
 //! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
 //! only after SIGCONT, although the plugin could not run while frozen and every host call
@@ -259,7 +261,27 @@ pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Viol
         }
     }
     check_cleanup(events, &mut out);
+    check_replicas(events, &mut out);
     out
+}
+
+/// Property: replicas agree. Every replica applies the same entries to the same state, so
+/// a leader's `replica.diverged` alarm (`raft/checksums.rs`) under any fault is a bug.
+fn check_replicas(events: &[Value], out: &mut Vec<Violation>) {
+    for e in events {
+        if e["event"] == "replica.diverged" && e["level"] == "ERROR" {
+            out.push(Violation {
+                kind: "replica",
+                resource: String::new(),
+                at_us: timestamp_us(e),
+                detail: format!(
+                    "{} found the replica of {} different at log index {}",
+                    e["_node"], e["node"], e["index"]
+                ),
+                runs: Vec::new(),
+            });
+        }
+    }
 }
 
 /// A run that a scheduled pause froze, and when it logged its stop.

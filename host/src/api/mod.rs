@@ -50,8 +50,8 @@ pub use actions::{command_for, describe, parse_fingerprint, winning_advert};
 pub use client::{AdminClient, AdminError};
 pub use pages::{PAGE_BYTES, StatusPage, StatusQuery, merge, page};
 pub use status::{
-    CertificateView, FailureView, HistoryView, NodeView, PluginView, RaftView, ReleasingView,
-    ResourceView, RevokedView, Role, SessionView, SlotState, SlotView, Status,
+    CertificateView, DivergedView, FailureView, HistoryView, NodeView, PluginView, RaftView,
+    ReleasingView, ResourceView, RevokedView, Role, SessionView, SlotState, SlotView, Status,
 };
 pub use watch::{
     Batch, Event, HOLD, Resume, Since, Taken, WatchAnswer, WatchEvent, last_change, listing, since,

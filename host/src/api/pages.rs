@@ -177,6 +177,7 @@ pub fn page(full: &Status, query: &StatusQuery) -> (Status, Option<String>) {
         },
         history,
         history_len: full.history_len,
+        diverged: if first { full.diverged.clone() } else { vec![] },
         cluster: full.cluster,
         node: full.node.clone(),
         at_ms: full.at_ms,

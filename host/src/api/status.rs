@@ -89,6 +89,18 @@ pub struct Status {
     pub history: Vec<HistoryView>,
     /// How many ownership changes the cluster remembers in all (`history` is the tail).
     pub history_len: usize,
+    /// The members whose replicas differ from the leader's (`raft/checksums.rs`), as the
+    /// answering node found them while it led; empty on other nodes.
+    #[serde(default)]
+    pub diverged: Vec<DivergedView>,
+}
+
+/// A member whose replica differs from the leader's: an alarm.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DivergedView {
+    pub node: String,
+    /// The first log index at which its state's hash differed from the leader's.
+    pub index: u64,
 }
 
 /// A certificate in use.
@@ -328,6 +340,7 @@ impl Status {
             certificates: vec![],
             history,
             history_len: cluster.history.len(),
+            diverged: vec![],
             node: raft.node,
             at_ms: now_ms,
             leader: raft.leader,
@@ -422,6 +435,13 @@ impl Status {
             .cluster
             .map_or(String::new(), |id| format!("cluster {id}: "));
         let _ = writeln!(out, "{id}{leader}; answered by {node}");
+        for d in &self.diverged {
+            let _ = writeln!(
+                out,
+                "ALARM: the replica of {} differs from the leader's at log index {} (replica.diverged in the leader's log)",
+                d.node, d.index
+            );
+        }
         let slots = self.resources.iter().map(|r| r.slots.len()).sum::<usize>();
         let large = slots > DETAIL_SLOTS;
         if large {

@@ -2,7 +2,8 @@
 //!
 //! A node has one [`Gate`], shared by its connections (`Arc<Gate>`). [`Gate::open`] runs the
 //! checks in the order the module essay gives and explains: structure, signature, sender,
-//! recipient, cluster, skew, replay. All but the last are pure functions of the envelope and the
+//! recipient, cluster, replay. The send time is not checked: a clock that is off is
+//! reported (`clock_log.rs`), not refused. All but the last are pure functions of the envelope and the
 //! arguments; the replay state is the only thing shared, behind a mutex held for a map
 //! lookup and a few bit operations, never across a signature check.
 //!
@@ -12,7 +13,6 @@
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
 
 use crate::cluster::ClusterCell;
 use crate::pki::Verifier;
@@ -26,26 +26,20 @@ pub struct Gate {
     me: String,
     /// This node's cluster, once known: envelopes of another are refused.
     cluster: ClusterCell,
-    skew: Duration,
-    skew_ms: u64,
     replay: Mutex<ReplayTable>,
 }
 
 impl Gate {
-    /// A gate for node `me` that refuses envelopes sent more than `skew` away from its
-    /// clock (see [`super::DEFAULT_SKEW`]), remembering up to [`DEFAULT_MAX_SENDERS`]
-    /// senders.
-    pub fn new(me: String, skew: Duration) -> Gate {
-        Gate::with_max_senders(me, skew, DEFAULT_MAX_SENDERS)
+    /// A gate for node `me`, remembering up to [`DEFAULT_MAX_SENDERS`] senders.
+    pub fn new(me: String) -> Gate {
+        Gate::with_max_senders(me, DEFAULT_MAX_SENDERS)
     }
 
     /// Like [`Gate::new`], remembering at most `max_senders` senders (at least one).
-    pub fn with_max_senders(me: String, skew: Duration, max_senders: usize) -> Gate {
+    pub fn with_max_senders(me: String, max_senders: usize) -> Gate {
         Gate {
             me,
             cluster: ClusterCell::default(),
-            skew,
-            skew_ms: u64::try_from(skew.as_millis()).unwrap_or(u64::MAX),
             replay: Mutex::new(ReplayTable::new(max_senders)),
         }
     }
@@ -58,14 +52,13 @@ impl Gate {
     }
 
     /// Checks `wire`, received over a TLS connection from `tls_peer` (the name in the
-    /// peer's certificate, whose key `verifier` holds), at wall-clock time `now`. Returns the
-    /// envelope if it passes every check, and then remembers it so that it cannot pass again.
+    /// peer's certificate, whose key `verifier` holds). Returns the envelope if it passes
+    /// every check, and then remembers it so that it cannot pass again.
     pub fn open(
         &self,
         wire: &[u8],
         tls_peer: &str,
         verifier: &Verifier,
-        now: SystemTime,
     ) -> Result<Envelope, Rejection> {
         let (body, signature) = wire::decode_sealed(wire)?;
 
@@ -97,7 +90,6 @@ impl Gate {
         {
             return Err(Rejection::OtherCluster { theirs, ours });
         }
-        self.check_skew(envelope.sent_at_ms, wire::unix_ms(now))?;
         self.lock().admit(
             &envelope.sender,
             envelope.incarnation,
@@ -112,39 +104,9 @@ impl Gate {
         &self.me
     }
 
-    /// The skew bound.
-    pub fn skew(&self) -> Duration {
-        self.skew
-    }
-
     /// How many senders' replay state the gate holds (for metrics).
     pub fn tracked_senders(&self) -> usize {
         self.lock().len()
-    }
-
-    /// Refuses a `sent_at_ms` more than the skew bound away from `now_ms`; exactly the bound
-    /// is accepted.
-    fn check_skew(&self, sent_at_ms: u64, now_ms: u64) -> Result<(), Rejection> {
-        if sent_at_ms > now_ms {
-            let ahead_ms = sent_at_ms - now_ms;
-            if ahead_ms > self.skew_ms {
-                return Err(Rejection::FromTheFuture {
-                    sent_at_ms,
-                    ahead_ms,
-                    skew_ms: self.skew_ms,
-                });
-            }
-        } else {
-            let behind_ms = now_ms - sent_at_ms;
-            if behind_ms > self.skew_ms {
-                return Err(Rejection::TooOld {
-                    sent_at_ms,
-                    behind_ms,
-                    skew_ms: self.skew_ms,
-                });
-            }
-        }
-        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, ReplayTable> {
@@ -159,7 +121,6 @@ impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("me", &self.me)
-            .field("skew", &self.skew)
             .field("tracked_senders", &self.tracked_senders())
             .finish()
     }

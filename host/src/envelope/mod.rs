@@ -6,8 +6,12 @@
 //! connection; the envelope adds what TLS cannot: a signature that stays attached to the
 //! message (so the receiver can check that the node named as sender is the node the bytes
 //! came from), the recipient's name (so a message for one node cannot be replayed to
-//! another), and a sequence number and timestamp (so the same message cannot be applied
-//! twice, whether a transport retry or a misbehaving peer sends it again).
+//! another), and a sequence number (so the same message cannot be applied twice, whether
+//! a transport retry or a misbehaving peer sends it again). Its send time is not checked
+//! against the receiver's clock: replay protection rests on the incarnation and the
+//! sequence, so a node whose clock is off keeps its place in the cluster, and the offset
+//! is reported instead ([`ClockLog`], issue 24: two voters on a bad time source once lost
+//! the quorum to a 30 s bound).
 //!
 //! This module is pure: no sockets, no files, no clock. Wall-clock time comes in as a
 //! `SystemTime` argument and monotonic time as an `Instant`, so every decision can be
@@ -49,9 +53,7 @@
 //! 4. **Wrong recipient**: meant for another node. **Other cluster**: the sender's cluster
 //!    id is not this node's (both known; `cluster/identity.rs`): a node of another cluster
 //!    that trusts the same CA and uses the same names reached this one.
-//! 5. **Skew**: `sent_at_ms` is more than the skew bound (default 30 s) before or after the
-//!    receiver's clock.
-//! 6. **Stale incarnation** or **replay** (below). Last, so that only an envelope that
+//! 5. **Stale incarnation** or **replay** (below). Last, so that only an envelope that
 //!    passed every other check changes the replay state: a forged or misdirected envelope
 //!    cannot burn a sequence number that a genuine one will need.
 //!
@@ -98,15 +100,12 @@
 //!   authenticated as its sender and be signed by that sender's key. A third party who
 //!   recorded one cannot inject it into the sender's connection. What is left is the sender
 //!   (or a bug in its transport) sending an old envelope again.
-//! - Envelopes older than the skew bound fail the skew check whatever the replay state.
-//!   So forgetting can only matter for envelopes sent in the last `skew` (30 s) by the
-//!   receiver's clock, plus the sender's clock error.
-//! - For those, the gate keeps a watermark: the highest `sent_at_ms` it had accepted from
-//!   any sender it forgot. A sender first seen (or seen again) after that is held to
+//! - Against the sender itself, the gate keeps a watermark: the highest `sent_at_ms` it
+//!   had accepted from any sender it forgot. A sender first seen (or seen again) after that is held to
 //!   `sent_at_ms > watermark`, so nothing accepted before a forgetting can be accepted
 //!   after it. The cost falls only on the already abnormal case of more than 4096 live
-//!   senders: a new sender whose clock lags the forgotten one's may be refused (as a
-//!   replay) for up to twice the skew bound, and an envelope delayed in flight across the
+//!   senders: a new sender whose clock lags the forgotten one's is refused (as a replay)
+//!   until its clock passes the watermark, and an envelope delayed in flight across the
 //!   forgetting is dropped. The senders that a full table evicts are by construction the
 //!   ones quietest of late.
 //!
@@ -146,6 +145,7 @@
 //! PROPTEST_CASES=100000 cargo test --release --lib envelope
 //! ```
 
+mod clock_log;
 mod gate;
 mod reject_log;
 mod rejection;
@@ -169,8 +169,7 @@ pub(crate) fn reencode_sealed(bytes: &[u8]) -> Result<Vec<u8>, Rejection> {
 #[cfg(test)]
 mod tests;
 
-use std::time::Duration;
-
+pub use clock_log::{ClockLog, OFF_BY};
 pub use gate::Gate;
 pub use reject_log::{DEFAULT_LINES_PER_SECOND, Logged, RejectLog};
 pub use rejection::{Reason, Rejection};
@@ -191,11 +190,6 @@ pub const MAX_SIGNATURE_LEN: usize = 128;
 
 /// The longest sender or recipient name accepted, in bytes: the limit for a DNS name.
 pub const MAX_NAME_LEN: usize = 253;
-
-/// How far an envelope's `sent_at_ms` may be from the receiver's clock, either way, when
-/// the caller has no opinion. Generous next to NTP's milliseconds, so that only a clock
-/// that is plainly wrong (or a message held back on purpose) trips it.
-pub const DEFAULT_SKEW: Duration = Duration::from_secs(30);
 
 /// How many senders a [`Gate`] remembers before it forgets the least recently seen.
 pub const DEFAULT_MAX_SENDERS: usize = 4096;

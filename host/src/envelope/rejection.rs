@@ -5,7 +5,7 @@
 //! the `security.rejected` event and the rejection counters are keyed by. Codes are a
 //! public contract, like event names: add new ones, never rename.
 //!
-//! Every rejection is the peer's doing (or its clock's), never a fault of this node, so
+//! Every rejection is the peer's doing, never a fault of this node, so
 //! there is nothing to retry: the caller drops the envelope, records it, and carries on.
 
 use std::fmt;
@@ -21,8 +21,6 @@ pub enum Reason {
     SenderMismatch,
     /// `wrong_recipient`: addressed to another node.
     WrongRecipient,
-    /// `skew`: sent too far in the past or the future.
-    Skew,
     /// `stale_incarnation`: from a run of the sender older than one already heard from.
     StaleIncarnation,
     /// `replay`: a sequence number already accepted, or too old to tell.
@@ -33,26 +31,25 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in a fixed order (that of the rejection counters).
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Malformed,
         Reason::BadSignature,
         Reason::SenderMismatch,
         Reason::WrongRecipient,
-        Reason::Skew,
         Reason::StaleIncarnation,
         Reason::Replay,
         Reason::OtherCluster,
     ];
 
-    /// The code: `malformed`, `bad_signature`, `sender_mismatch`, `wrong_recipient`, `skew`,
-    /// `stale_incarnation`, `replay` or `other_cluster`.
+    /// The code: `malformed`, `bad_signature`, `sender_mismatch`, `wrong_recipient`,
+    /// `stale_incarnation`, `replay` or `other_cluster`. (`skew` was retired when clock
+    /// skew became a warning, `clock_log.rs`.)
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Malformed => "malformed",
             Reason::BadSignature => "bad_signature",
             Reason::SenderMismatch => "sender_mismatch",
             Reason::WrongRecipient => "wrong_recipient",
-            Reason::Skew => "skew",
             Reason::StaleIncarnation => "stale_incarnation",
             Reason::Replay => "replay",
             Reason::OtherCluster => "other_cluster",
@@ -107,34 +104,6 @@ pub enum Rejection {
         me: String,
     },
 
-    /// Sent further in the past than the skew bound allows.
-    #[error(
-        "sent at {sent_at_ms} (unix ms), {behind_ms} ms before this node's clock, \
-         beyond the skew bound of {skew_ms} ms"
-    )]
-    TooOld {
-        /// The envelope's `sent_at_ms`.
-        sent_at_ms: u64,
-        /// How far it is behind this node's clock.
-        behind_ms: u64,
-        /// The bound.
-        skew_ms: u64,
-    },
-
-    /// Sent further in the future than the skew bound allows: the sender's clock is ahead.
-    #[error(
-        "sent at {sent_at_ms} (unix ms), {ahead_ms} ms after this node's clock, \
-         beyond the skew bound of {skew_ms} ms"
-    )]
-    FromTheFuture {
-        /// The envelope's `sent_at_ms`.
-        sent_at_ms: u64,
-        /// How far it is ahead of this node's clock.
-        ahead_ms: u64,
-        /// The bound.
-        skew_ms: u64,
-    },
-
     /// From an earlier run of the sender than one this node has already accepted from.
     #[error("stale incarnation {incarnation}: the sender has since sent as incarnation {current}")]
     StaleIncarnation {
@@ -185,7 +154,6 @@ impl Rejection {
             Rejection::BadSignature => Reason::BadSignature,
             Rejection::SenderMismatch { .. } => Reason::SenderMismatch,
             Rejection::WrongRecipient { .. } => Reason::WrongRecipient,
-            Rejection::TooOld { .. } | Rejection::FromTheFuture { .. } => Reason::Skew,
             Rejection::StaleIncarnation { .. } => Reason::StaleIncarnation,
             Rejection::Replay { .. } => Reason::Replay,
             Rejection::OtherCluster { .. } => Reason::OtherCluster,
@@ -232,7 +200,6 @@ mod tests {
                 "bad_signature",
                 "sender_mismatch",
                 "wrong_recipient",
-                "skew",
                 "stale_incarnation",
                 "replay",
                 "other_cluster"
@@ -244,20 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn both_skew_directions_share_a_code_and_messages_carry_numbers() {
-        let old = Rejection::TooOld {
-            sent_at_ms: 1,
-            behind_ms: 40_000,
-            skew_ms: 30_000,
-        };
-        let future = Rejection::FromTheFuture {
-            sent_at_ms: 1,
-            ahead_ms: 40_000,
-            skew_ms: 30_000,
-        };
-        assert_eq!(old.reason(), "skew");
-        assert_eq!(future.reason(), "skew");
-        assert!(old.to_string().contains("40000 ms before"), "{old}");
+    fn messages_carry_the_decoder_s_cause() {
         let malformed = Rejection::malformed_by(
             "not a sealed envelope",
             postcard::Error::DeserializeUnexpectedEnd,

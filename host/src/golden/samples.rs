@@ -310,6 +310,19 @@ pub(super) fn wire() -> Vec<Sample> {
             },
         ),
         Sample::of("leader-heard-21-answer-none", &Heard { elapsed_us: None }),
+        Sample::of(
+            "replica-hashes-13-answer",
+            &vec![
+                crate::raft::Hashed {
+                    index: 16,
+                    sha256: [0x16; 32],
+                },
+                crate::raft::Hashed {
+                    index: 32,
+                    sha256: [0x32; 32],
+                },
+            ],
+        ),
     ]
 }
 
@@ -363,6 +376,10 @@ fn admin_values() -> AdminValues {
         failures: 3,
         max_restarts: 2,
     });
+    status.diverged = vec![crate::api::DivergedView {
+        node: "n3".into(),
+        index: 48,
+    }];
     let pending: BTreeMap<(String, u32), String> = pending
         .into_iter()
         .map(|(r, s, why)| ((r, s), why))

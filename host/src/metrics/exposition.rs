@@ -37,6 +37,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// | `tenure_session_open`, `tenure_lease_valid`, `tenure_lease_remaining_seconds`, `tenure_ready` | gauge | |
 /// | `tenure_certificate_expiry_timestamp_seconds` (the node's own certificate: alert on it minus `time()`) | gauge | `fingerprint` |
 /// | `tenure_ca_certificate_expiry_timestamp_seconds` (each CA the node trusts) | gauge | `fingerprint` |
+/// | `tenure_replica_diverged` (on the leader: 1 per member whose replica differs from its own; alert on any) | gauge | `node` |
 pub fn render(sample: &Sample) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SampleCollector(sample.clone())));
@@ -274,6 +275,18 @@ impl Collector for SampleCollector {
             for (fingerprint, not_after) in &sample.ca_certificates {
                 let labels = [("fingerprint", fingerprint.as_str())];
                 ConstGauge::new(*not_after as i64).encode(metric.encode_family(&labels)?)?;
+            }
+        }
+        if !sample.diverged.is_empty() {
+            let mut metric = encoder.encode_descriptor(
+                "tenure_replica_diverged",
+                "On the leader: 1 for each member whose replica differs from the leader's at a log index (raft/checksums.rs).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for node in sample.diverged.keys() {
+                let labels = [("node", node.as_str())];
+                ConstGauge::new(1).encode(metric.encode_family(&labels)?)?;
             }
         }
         let left = ConstGauge::new(sample.lease_remaining.unwrap_or_default().as_secs_f64());

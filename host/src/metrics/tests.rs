@@ -51,7 +51,7 @@ fn ready_sample() -> Sample {
             },
             "append_entries",
         )],
-        rejections: vec![(Reason::Replay, 3), (Reason::Skew, 0)],
+        rejections: vec![(Reason::Replay, 3), (Reason::OtherCluster, 0)],
         control_refused: vec![(crate::raft::Refusal::Forbidden, 2)],
         transport: TransportStats {
             requests_retried: 4,
@@ -80,6 +80,7 @@ fn ready_sample() -> Sample {
             ("sha256:c1".into(), 2_000_000_000),
             ("sha256:c2".into(), 2_100_000_000),
         ],
+        diverged: [("n3".to_owned(), 48)].into(),
     }
 }
 
@@ -92,7 +93,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_rpc_failed_total{kind=\"1\",name=\"append_entries\"} 2",
         "tenure_rpc_served_total{kind=\"1\",name=\"append_entries\"} 7",
         "tenure_envelope_rejections_total{reason=\"replay\"} 3",
-        "tenure_envelope_rejections_total{reason=\"skew\"} 0",
+        "tenure_envelope_rejections_total{reason=\"other_cluster\"} 0",
         "tenure_transport_requests_retried_total 4",
         "tenure_raft_term 5",
         "tenure_raft_is_leader 0",
@@ -109,6 +110,7 @@ fn the_text_format_has_one_help_and_type_per_family_and_escapes_labels() {
         "tenure_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:ab\"} 1900000000",
         "tenure_ca_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:c1\"} 2000000000",
         "tenure_ca_certificate_expiry_timestamp_seconds{fingerprint=\"sha256:c2\"} 2100000000",
+        "tenure_replica_diverged{node=\"n3\"} 1",
     ] {
         assert!(
             text.lines().any(|l| l == line),

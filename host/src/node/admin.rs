@@ -218,6 +218,12 @@ pub fn status(shared: &Shared, now: u64) -> Status {
     });
     Status {
         certificates: certificates(shared),
+        diverged: shared
+            .control
+            .diverged()
+            .into_iter()
+            .map(|(node, index)| crate::api::DivergedView { node, index })
+            .collect(),
         ..status
     }
     .with_failures(&shared.failures.all())

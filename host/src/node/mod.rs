@@ -168,6 +168,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
     options.voters = config.voters;
     options.replace_voter_after = config.replace_voter_after;
+    options.replica_check = config.replica_check;
     let (control, service) = Control::open(options, renewals.clone()).await?;
     // Revocations in force when this node last stopped hold from its first handshake.
     let mut revoked: BTreeSet<String> = {

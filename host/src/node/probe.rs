@@ -118,6 +118,7 @@ impl Probe for NodeProbe {
                 .into_iter()
                 .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
                 .collect(),
+            diverged: control.diverged(),
             ..Sample::default()
         };
         shared.read(|c| {

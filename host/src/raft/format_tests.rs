@@ -51,7 +51,8 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 /// index and the last log index.
 async fn replay(dir: &Path) -> (Cluster, u64, u64) {
     let db = db::open(dir).await.expect("opening the store");
-    let mut sm = StateMachine::open(db.clone(), 1 << 30).expect("loading the snapshot");
+    let mut sm =
+        StateMachine::open(db.clone(), 1 << 30, Default::default()).expect("loading the snapshot");
     let snapshot_index = *sm.applied_index().borrow();
     let mut log = LogStore::new(db.clone(), usize::MAX);
     let state = log.get_log_state().await.unwrap();

@@ -41,6 +41,9 @@ pub const JOIN: u16 = 11;
 /// A node with a new Raft store asks what the answering node knows of the cluster
 /// (`forming.rs`): an empty payload → [`super::forming::StoreInfo`]. Any node may ask.
 pub const STORE_INFO: u16 = 12;
+/// The leader asks a member for its replica's recent hashes (`checksums.rs`): an empty
+/// payload → `Vec<checksums::Hashed>`. Any member may ask.
+pub const REPLICA_HASHES: u16 = 13;
 /// Kinds the node allocates for itself; never interpreted here.
 pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 
@@ -48,7 +51,7 @@ pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 pub(crate) fn is_control(kind: u16) -> bool {
     matches!(
         kind,
-        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN | STORE_INFO
+        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN | STORE_INFO | REPLICA_HASHES
     )
 }
 

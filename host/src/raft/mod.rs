@@ -51,6 +51,7 @@
 
 mod autopilot;
 mod backup;
+mod checksums;
 mod db;
 mod error;
 mod format;
@@ -103,13 +104,14 @@ pub use backup::{
     read_header as read_snapshot_header, sha256 as snapshot_sha256,
     write_file as write_snapshot_file,
 };
+pub use checksums::{DEFAULT_CHECK_EVERY as DEFAULT_REPLICA_CHECK, Hashed, UNSAFE_CORRUPT_REPLICA};
 pub use error::{ControlError, ProposeError};
 pub use format::{
     FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
 };
 pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
-    STORE_INFO, VOTE,
+    REPLICA_HASHES, STORE_INFO, VOTE,
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
@@ -186,6 +188,9 @@ pub struct ControlOptions {
     /// state each: far above what one in-memory state is meant to carry, while still a
     /// bound on what a peer can make this node hold.
     pub max_snapshot: usize,
+    /// How often the leader compares the members' replicas with its own (default 30 s;
+    /// `checksums.rs`).
+    pub replica_check: Duration,
 }
 
 impl ControlOptions {
@@ -206,6 +211,7 @@ impl ControlOptions {
             join_timeout: Duration::from_secs(30),
             max_payload: (1 << 20) - (16 << 10),
             max_snapshot: 1 << 30,
+            replica_check: DEFAULT_REPLICA_CHECK,
         }
     }
 
@@ -359,6 +365,9 @@ pub(crate) struct Shared {
     /// The term this node leads in, and when it saw itself begin to lead
     /// (`autopilot.rs`).
     leading: Mutex<Option<(u64, Instant)>>,
+    /// This replica's recent state hashes, and the members whose replicas differ from
+    /// this leader's (`checksums.rs`).
+    checksums: Arc<checksums::Checksums>,
 }
 
 impl Control {
@@ -373,12 +382,13 @@ impl Control {
         options.validate()?;
         let config = options.raft_config()?;
         let db = db::open(&options.data_dir).await?;
-        let sm = StateMachine::open(db.clone(), options.max_snapshot).map_err(|e| {
-            ControlError::Storage {
+        let checksums = Arc::new(checksums::Checksums::default());
+        let sm = StateMachine::open(db.clone(), options.max_snapshot, checksums.clone()).map_err(
+            |e| ControlError::Storage {
                 path: db::path(&options.data_dir),
                 reason: e.to_string(),
-            }
-        })?;
+            },
+        )?;
         let store = format::store_id(&*db).map_err(|reason| ControlError::Storage {
             path: db::path(&options.data_dir),
             reason,
@@ -458,11 +468,17 @@ impl Control {
             replaced: Mutex::default(),
             removed: watch::Sender::new(None),
             leading: Mutex::default(),
+            checksums,
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![
             tokio::spawn(membership::housekeeping(shared.clone(), stopped.clone())),
             tokio::spawn(removed::watch_membership(shared.clone(), stopped.clone())),
+            tokio::spawn(checksums::check(
+                shared.clone(),
+                shared.options.replica_check,
+                stopped.clone(),
+            )),
         ];
         // Elections start off (`raft_config`); see `rejoin.rs`.
         if rejoin::should_hold(&shared).await {
@@ -732,6 +748,17 @@ impl Control {
     /// [`Control::ensure_leadership`]).
     pub fn is_leader(&self) -> bool {
         self.shared.is_leader()
+    }
+
+    /// On the leader: the members whose replicas differ from its own, with the first log
+    /// index found to differ (`checksums.rs`); empty on other nodes.
+    pub fn diverged(&self) -> BTreeMap<String, u64> {
+        self.shared
+            .checksums
+            .diverged()
+            .into_iter()
+            .map(|(name, d)| (name, d.index))
+            .collect()
     }
 
     /// Raft's metrics, as they change.

@@ -33,7 +33,9 @@ use serde::de::DeserializeOwned;
 use super::Shared;
 use super::error::ProposeError;
 use super::kinds::ProposeReply;
-use super::kinds::{self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, STORE_INFO, VOTE};
+use super::kinds::{
+    self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, REPLICA_HASHES, STORE_INFO, VOTE,
+};
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
@@ -146,6 +148,10 @@ impl Shared {
                 encode(&self.serve_join(from, peer).await)
             }
             STORE_INFO => encode(&self.store_info()),
+            REPLICA_HASHES => {
+                self.check_member(from, "replica check")?;
+                encode(&self.checksums.list())
+            }
             other => Err(format!("kind {other} is not a control plane message")),
         }
     }

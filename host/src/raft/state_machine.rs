@@ -35,6 +35,7 @@ use redb::{Database, Durability, ReadableDatabase};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::checksums::Checksums;
 use super::db::{self, CURRENT, SNAPSHOT};
 use super::snapshot_data::SnapshotData;
 use super::types::{
@@ -53,6 +54,10 @@ pub struct StateMachine {
     max_snapshot: usize,
     /// The cluster's id once the replica has one, for the envelope layer.
     cluster_id: ClusterCell,
+    /// The replica's recent state hashes (`checksums.rs`).
+    checksums: Arc<Checksums>,
+    /// The test-only broken replica ([`super::checksums::UNSAFE_CORRUPT_REPLICA`]).
+    corrupt: bool,
 }
 
 /// A snapshot's content: everything needed to resume applying after it.
@@ -85,6 +90,7 @@ impl StateMachine {
     pub(crate) fn open(
         db: Arc<Database>,
         max_snapshot: usize,
+        checksums: Arc<Checksums>,
     ) -> Result<StateMachine, StorageError> {
         let stored = load(&db)?;
         let (applied, membership, cluster) = match stored {
@@ -107,6 +113,8 @@ impl StateMachine {
             membership,
             max_snapshot,
             cluster_id,
+            checksums,
+            corrupt: std::env::var_os(super::checksums::UNSAFE_CORRUPT_REPLICA).is_some(),
         })
     }
 
@@ -192,6 +200,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         Outcome::One(Response::Done)
                     }
                 };
+                if self.corrupt {
+                    cluster.state.clear();
+                }
+                self.checksums.applied(log_id.index, &cluster);
                 self.applied = Some(log_id);
                 responses.push(response);
             }
@@ -262,6 +274,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         )
         .await?;
         *self.cluster.write().unwrap_or_else(PoisonError::into_inner) = image.cluster;
+        self.checksums.replaced();
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.publish();

@@ -203,7 +203,7 @@ impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), types::StorageError> {
         let dir = TempDir::new().map_err(db::write)?;
         let db = db::open(dir.path()).await.map_err(db::write)?;
-        let sm = StateMachine::open(db.clone(), 1 << 30)?;
+        let sm = StateMachine::open(db.clone(), 1 << 30, Default::default())?;
         Ok((dir, LogStore::new(db, 1 << 20), sm))
     }
 }

@@ -16,7 +16,7 @@ use super::server::{Core, Inbound, Operators};
 use super::service::Service;
 use super::verifiers::Verifiers;
 use crate::cluster::ClusterCell;
-use crate::envelope::{DEFAULT_SKEW, Gate, REPLAY_WINDOW, Reason, RejectLog, Sealer};
+use crate::envelope::{ClockLog, Gate, REPLAY_WINDOW, Reason, RejectLog, Sealer, unix_ms};
 use crate::pki::{self, Kind};
 use crate::transport::{
     Local, MAX_STREAMS_PER_CONNECTION, TlsFiles, Transport, TransportConfig, TransportError,
@@ -57,8 +57,9 @@ impl Rpc {
         let me = identity.name;
         let core = Arc::new(Core {
             sealer: Sealer::new(me.clone(), incarnation).in_cluster(cluster.clone()),
-            gate: Gate::new(me.clone(), DEFAULT_SKEW).in_cluster(cluster),
+            gate: Gate::new(me.clone()).in_cluster(cluster),
             rejects: RejectLog::default(),
+            clocks: ClockLog::default(),
             counts: Default::default(),
             verifiers: Verifiers::default(),
             service,
@@ -119,12 +120,7 @@ impl Rpc {
         let envelope = self
             .core
             .gate
-            .open(
-                &response,
-                &answered.identity.name,
-                &verifier,
-                SystemTime::now(),
-            )
+            .open(&response, &answered.identity.name, &verifier)
             .map_err(|rejection| {
                 self.core
                     .rejects
@@ -134,6 +130,12 @@ impl Rpc {
                     rejection,
                 }
             })?;
+        self.core.clocks.observe(
+            &answered.identity.name,
+            envelope.sent_at_ms,
+            unix_ms(SystemTime::now()),
+            Instant::now(),
+        );
         if envelope.kind != kind {
             return Err(RpcError::WrongKind {
                 peer: peer.to_owned(),

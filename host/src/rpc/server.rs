@@ -18,7 +18,7 @@ use super::counts::Counts;
 use super::operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OPERATOR_PREFIX_ANY, OperatorService};
 use super::service::Service;
 use super::verifiers::Verifiers;
-use crate::envelope::{Gate, RejectLog, Sealer};
+use crate::envelope::{ClockLog, Gate, RejectLog, Sealer, unix_ms};
 use crate::pki::Kind;
 use crate::runtime::BoxFuture;
 use crate::transport::{Handler, Local, PeerInfo};
@@ -31,6 +31,8 @@ pub(crate) struct Core {
     pub(crate) gate: Gate,
     /// Counts and logs rejections.
     pub(crate) rejects: RejectLog,
+    /// Reports peers whose clocks are off.
+    pub(crate) clocks: ClockLog,
     /// Calls sent, failed and served, per kind.
     pub(crate) counts: Counts,
     /// Verifiers of peer certificates.
@@ -74,8 +76,16 @@ impl Core {
             .verifiers
             .get(&peer)
             .map_err(|e| format!("no verifier for your certificate: {e}"))?;
-        let envelope = match self.gate.open(&body, name, &verifier, SystemTime::now()) {
-            Ok(envelope) => envelope,
+        let envelope = match self.gate.open(&body, name, &verifier) {
+            Ok(envelope) => {
+                self.clocks.observe(
+                    name,
+                    envelope.sent_at_ms,
+                    unix_ms(SystemTime::now()),
+                    Instant::now(),
+                );
+                envelope
+            }
             Err(rejection) => {
                 self.rejects.record(name, &rejection, Instant::now());
                 return Err(format!(

@@ -3,7 +3,7 @@
 //! Fixed choices, for every configuration this builds:
 //! - the ring provider, passed to every builder (no process-wide default is installed,
 //!   so nothing else in the process can change what we negotiate);
-//! - TLS 1.3 only (QUIC requires it anyway), ALPN `tenure/4` only;
+//! - TLS 1.3 only (QUIC requires it anyway), ALPN `tenure/5` only;
 //! - mutual authentication: the server requires a client certificate verified against
 //!   the bundle, the client verifies the server against the bundle and the name dialed;
 //! - no session resumption and no 0-RTT, on either side: a resumed session skips
