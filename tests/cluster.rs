@@ -840,3 +840,131 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
     ok(&c.admin_as(via, OPERATOR, &["remove", &victim]), "remove");
     assert_eq!(role(&c.status_via(via)), None, "{victim} is forgotten");
 }
+
+/// `tenure drain --self` on node `i`'s config, as a Kubernetes preStop hook runs it (the
+/// node's own certificate, no operator's).
+fn drain_self(c: &Cluster, i: usize) -> std::process::Output {
+    let mut command = c.node(i).command();
+    command
+        .args(["drain", "--self", "--timeout", "30s", "--config"])
+        .arg(c.node(i).dir().join("tenure.toml"));
+    let output = run_bounded(command, "tenure drain --self");
+    eprintln!(
+        "[cluster] tenure drain --self ({}): {}\n  stdout: {}\n  stderr: {}",
+        c.name(i),
+        output.status,
+        String::from_utf8_lossy(&output.stdout).trim(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    output
+}
+
+/// Whether `x` is draining, per `tenure status`.
+fn draining(c: &Cluster, x: &str) -> bool {
+    let status = c.status();
+    status_node(&status, x).unwrap_or_else(|| panic!("{x} in {status}"))["draining"] == true
+}
+
+/// Stops node `i` (SIGTERM), starts it again and waits until it is ready and has a
+/// session again.
+fn restart_cleanly(c: &mut Cluster, i: usize) {
+    let x = c.name(i).to_owned();
+    assert!(c.stop(i).success(), "{x} stopped cleanly");
+    c.spawn(i);
+    c.node(i).wait_for("node.ready", is("node.ready").f(), WAIT);
+    wait_status(c, "the restarted node has a session", |s| {
+        status_node(s, &x).is_some_and(|n| !n["session"].is_null())
+    });
+}
+
+/// Kubernetes' preStop drain (issue 28): `tenure drain --self` drains the node with its
+/// own certificate and ends once its slots moved; a node that drained itself undrains
+/// itself once it is ready after its restart, so a rolling restart leaves no node
+/// drained; an operator's drain stays, including one made after an operator lifted the
+/// node's own.
+#[test]
+fn a_node_that_drained_itself_undrains_once_back_but_an_operator_s_drain_stays() {
+    let mut c = Cluster::builder(3).build();
+    let hb = plugins().heartbeat_bytes();
+    c.install_plugin_everywhere("solo", &manifest("solo", 1, "1.0.0"), &hb);
+    c.start();
+    let x = c.wait("solo granted", WAIT, |c| {
+        c.owners("solo").first().map(|o| o.node.clone())
+    });
+    let i = c.index(&x);
+    let marker = c.node(i).data_dir().join("drained-itself");
+
+    eprintln!("phase: {x} drains itself, as its preStop hook does");
+    let said = ok(&drain_self(&c, i), "drain --self");
+    assert!(
+        said.contains("drained itself") && said.contains("holds no slots"),
+        "{said}"
+    );
+    // It ended once the slot had moved: the status already shows it elsewhere.
+    let status = c.status();
+    assert_eq!(
+        status_node(&status, &x).unwrap()["draining"],
+        true,
+        "{status}"
+    );
+    let owners = status_owners(&status, "solo");
+    assert!(
+        owners.len() == 1 && owners.values().all(|o| *o != x),
+        "{status}"
+    );
+    assert!(marker.exists(), "{} exists", marker.display());
+
+    eprintln!("phase: {x} restarts: it undrains itself once it is ready");
+    assert!(c.stop(i).success(), "{x} stopped cleanly");
+    assert!(draining(&c, &x), "{x} stays drained while it is away");
+    c.spawn(i);
+    c.node(i).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "x is not draining", |s| {
+        status_node(s, &x).is_some_and(|n| n["draining"] == false)
+    });
+    assert!(!marker.exists(), "{} is gone", marker.display());
+
+    eprintln!("phase: an operator's drain stays across a preStop drain and a restart");
+    ok(&c.admin(&["drain", &x]), "drain");
+    let said = ok(&drain_self(&c, i), "drain --self of a drained node");
+    assert!(said.contains("an operator drained it"), "{said}");
+    assert!(!marker.exists(), "no marker for an operator's drain");
+    restart_cleanly(&mut c, i);
+    // Nothing happens to wait for: the drain must still hold two lease TTLs after the
+    // node is back (its own drain was lifted within one, above).
+    let until = std::time::Instant::now() + c.ttl() * 2;
+    while std::time::Instant::now() < until {
+        assert!(draining(&c, &x), "the operator's drain of {x} stays");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(
+        c.node(i).count(is("node.undrained_itself").f()),
+        0,
+        "{x} did not undrain itself"
+    );
+
+    eprintln!("phase: an operator lifts {x}'s own drain; a later operator drain stays");
+    ok(&c.admin(&["undrain", &x]), "undrain");
+    ok(&drain_self(&c, i), "drain --self");
+    assert!(marker.exists(), "{} exists", marker.display());
+    ok(&c.admin(&["undrain", &x]), "undrain by an operator");
+    c.wait(
+        "the marker is gone once the operator's undrain is applied",
+        WAIT,
+        |_| (!marker.exists()).then_some(()),
+    );
+    ok(&c.admin(&["drain", &x]), "drain by an operator");
+    restart_cleanly(&mut c, i);
+    let until = std::time::Instant::now() + c.ttl() * 2;
+    while std::time::Instant::now() < until {
+        assert!(draining(&c, &x), "the operator's later drain of {x} stays");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    c.stop_all();
+    assert_safe(&c.merged(), "solo", 1);
+}
