@@ -848,11 +848,13 @@ fn drain_self(c: &Cluster, i: usize) -> std::process::Output {
     command
         .args(["drain", "--self", "--timeout", "30s", "--config"])
         .arg(c.node(i).dir().join("tenure.toml"));
+    let started = std::time::Instant::now();
     let output = run_bounded(command, "tenure drain --self");
     eprintln!(
-        "[cluster] tenure drain --self ({}): {}\n  stdout: {}\n  stderr: {}",
+        "[cluster] tenure drain --self ({}): {} after {:?}\n  stdout: {}\n  stderr: {}",
         c.name(i),
         output.status,
+        started.elapsed(),
         String::from_utf8_lossy(&output.stdout).trim(),
         String::from_utf8_lossy(&output.stderr).trim()
     );
@@ -963,6 +965,51 @@ fn a_node_that_drained_itself_undrains_once_back_but_an_operator_s_drain_stays()
     while std::time::Instant::now() < until {
         assert!(draining(&c, &x), "the operator's later drain of {x} stays");
         std::thread::sleep(Duration::from_millis(250));
+    }
+    ok(&c.admin(&["undrain", &x]), "undrain");
+
+    // The leader proposes its own drain itself (the others ask it); after its restart
+    // another node leads, and it asks that one to lift it.
+    let leader = c.wait_leader();
+    let l = c.index(&leader);
+    eprintln!("phase: the leader {leader} drains itself and undrains itself once back");
+    let said = ok(&drain_self(&c, l), "drain --self of the leader");
+    assert!(said.contains("drained itself"), "{said}");
+    assert!(draining(&c, &leader), "{leader} drains");
+    assert!(c.stop(l).success(), "{leader} stopped cleanly");
+    c.spawn(l);
+    c.node(l).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "the old leader is not draining", |s| {
+        status_node(s, &leader).is_some_and(|n| n["draining"] == false)
+    });
+
+    // A follower asks the leader, in its own name, both times.
+    let leader = c.wait_leader();
+    let f = (0..c.len()).find(|&j| c.name(j) != leader).unwrap();
+    let follower = c.name(f).to_owned();
+    eprintln!("phase: the follower {follower} drains itself through the leader {leader}");
+    let said = ok(&drain_self(&c, f), "drain --self of a follower");
+    assert!(said.contains("drained itself"), "{said}");
+    assert!(draining(&c, &follower), "{follower} drains");
+    assert!(c.stop(f).success(), "{follower} stopped cleanly");
+    c.spawn(f);
+    c.node(f).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "the follower is not draining", |s| {
+        status_node(s, &follower).is_some_and(|n| n["draining"] == false)
+    });
+    if c.wait_leader() == leader {
+        let asked = c
+            .node(c.index(&leader))
+            .count(|e| is("admin.request").matches(e) && e["node"] == follower.as_str());
+        assert_eq!(asked, 2, "{leader} proposed {follower}'s drain and undrain");
     }
 
     c.stop_all();

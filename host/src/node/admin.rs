@@ -2,7 +2,7 @@
 //! `revoke`, `member`): status and watch are answered by any node from its replica; actions only by
 //! the leader, which proposes them itself (another node names the leader, and the client
 //! asks it). A node's own certificate may ask only for its drain or undrain
-//! ([`NodeAdmin::from_node`], `self_drain.rs`).
+//! ([`NodeAdmin::answer_node`], `self_drain.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -131,7 +131,7 @@ impl Admin for NodeAdmin {
     ) -> BoxFuture<Result<AdminResponse, String>> {
         let this = self.clone();
         let node = node.to_owned();
-        Box::pin(async move { this.from_node(&node, request).await })
+        Box::pin(async move { this.answer_node(&node, request).await })
     }
 }
 
@@ -140,7 +140,11 @@ impl NodeAdmin {
     /// (`api::node_may_ask` let only these through). At this node, from its own
     /// certificate: `tenure drain --self`, which `self_drain.rs` carries out. From another
     /// node: that node asks the leader to propose its drain or undrain.
-    async fn from_node(&self, node: &str, request: AdminRequest) -> Result<AdminResponse, String> {
+    async fn answer_node(
+        &self,
+        node: &str,
+        request: AdminRequest,
+    ) -> Result<AdminResponse, String> {
         let shared = &self.shared;
         if node == shared.me {
             return match request {
