@@ -973,3 +973,178 @@ fn a_replica_that_applies_entries_differently_is_reported_by_the_leader() {
     );
     c.stop_all();
 }
+
+/// `tenure drain --self` on node `i`'s config, as a Kubernetes preStop hook runs it (the
+/// node's own certificate, no operator's).
+fn drain_self(c: &Cluster, i: usize) -> std::process::Output {
+    let mut command = c.node(i).command();
+    command
+        .args(["drain", "--self", "--timeout", "30s", "--config"])
+        .arg(c.node(i).dir().join("tenure.toml"));
+    let started = std::time::Instant::now();
+    let output = run_bounded(command, "tenure drain --self");
+    eprintln!(
+        "[cluster] tenure drain --self ({}): {} after {:?}\n  stdout: {}\n  stderr: {}",
+        c.name(i),
+        output.status,
+        started.elapsed(),
+        String::from_utf8_lossy(&output.stdout).trim(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    output
+}
+
+/// Whether `x` is draining, per `tenure status`.
+fn draining(c: &Cluster, x: &str) -> bool {
+    let status = c.status();
+    status_node(&status, x).unwrap_or_else(|| panic!("{x} in {status}"))["draining"] == true
+}
+
+/// Stops node `i` (SIGTERM), starts it again and waits until it is ready and has a
+/// session again.
+fn restart_cleanly(c: &mut Cluster, i: usize) {
+    let x = c.name(i).to_owned();
+    assert!(c.stop(i).success(), "{x} stopped cleanly");
+    c.spawn(i);
+    c.node(i).wait_for("node.ready", is("node.ready").f(), WAIT);
+    wait_status(c, "the restarted node has a session", |s| {
+        status_node(s, &x).is_some_and(|n| !n["session"].is_null())
+    });
+}
+
+/// Kubernetes' preStop drain (issue 28): `tenure drain --self` drains the node with its
+/// own certificate and ends once its slots moved; a node that drained itself undrains
+/// itself once it is ready after its restart, so a rolling restart leaves no node
+/// drained; an operator's drain stays, including one made after an operator lifted the
+/// node's own.
+#[test]
+fn a_node_that_drained_itself_undrains_once_back_but_an_operator_s_drain_stays() {
+    let mut c = Cluster::builder(3).build();
+    let hb = plugins().heartbeat_bytes();
+    c.install_plugin_everywhere("solo", &manifest("solo", 1, "1.0.0"), &hb);
+    c.start();
+    let x = c.wait("solo granted", WAIT, |c| {
+        c.owners("solo").first().map(|o| o.node.clone())
+    });
+    let i = c.index(&x);
+    let marker = c.node(i).data_dir().join("drained-itself");
+
+    eprintln!("phase: {x} drains itself, as its preStop hook does");
+    let said = ok(&drain_self(&c, i), "drain --self");
+    assert!(
+        said.contains("drained itself") && said.contains("holds no slots"),
+        "{said}"
+    );
+    // It ended once the slot had moved: the status already shows it elsewhere.
+    let status = c.status();
+    assert_eq!(
+        status_node(&status, &x).unwrap()["draining"],
+        true,
+        "{status}"
+    );
+    let owners = status_owners(&status, "solo");
+    assert!(
+        owners.len() == 1 && owners.values().all(|o| *o != x),
+        "{status}"
+    );
+    assert!(marker.exists(), "{} exists", marker.display());
+
+    eprintln!("phase: {x} restarts: it undrains itself once it is ready");
+    assert!(c.stop(i).success(), "{x} stopped cleanly");
+    assert!(draining(&c, &x), "{x} stays drained while it is away");
+    c.spawn(i);
+    c.node(i).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "x is not draining", |s| {
+        status_node(s, &x).is_some_and(|n| n["draining"] == false)
+    });
+    assert!(!marker.exists(), "{} is gone", marker.display());
+
+    eprintln!("phase: an operator's drain stays across a preStop drain and a restart");
+    ok(&c.admin(&["drain", &x]), "drain");
+    let said = ok(&drain_self(&c, i), "drain --self of a drained node");
+    assert!(said.contains("an operator drained it"), "{said}");
+    assert!(!marker.exists(), "no marker for an operator's drain");
+    restart_cleanly(&mut c, i);
+    // Nothing happens to wait for: the drain must still hold two lease TTLs after the
+    // node is back (its own drain was lifted within one, above).
+    let until = std::time::Instant::now() + c.ttl() * 2;
+    while std::time::Instant::now() < until {
+        assert!(draining(&c, &x), "the operator's drain of {x} stays");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(
+        c.node(i).count(is("node.undrained_itself").f()),
+        0,
+        "{x} did not undrain itself"
+    );
+
+    eprintln!("phase: an operator lifts {x}'s own drain; a later operator drain stays");
+    ok(&c.admin(&["undrain", &x]), "undrain");
+    ok(&drain_self(&c, i), "drain --self");
+    assert!(marker.exists(), "{} exists", marker.display());
+    ok(&c.admin(&["undrain", &x]), "undrain by an operator");
+    c.wait(
+        "the marker is gone once the operator's undrain is applied",
+        WAIT,
+        |_| (!marker.exists()).then_some(()),
+    );
+    ok(&c.admin(&["drain", &x]), "drain by an operator");
+    restart_cleanly(&mut c, i);
+    let until = std::time::Instant::now() + c.ttl() * 2;
+    while std::time::Instant::now() < until {
+        assert!(draining(&c, &x), "the operator's later drain of {x} stays");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    ok(&c.admin(&["undrain", &x]), "undrain");
+
+    // The leader proposes its own drain itself (the others ask it); after its restart
+    // another node leads, and it asks that one to lift it.
+    let leader = c.wait_leader();
+    let l = c.index(&leader);
+    eprintln!("phase: the leader {leader} drains itself and undrains itself once back");
+    let said = ok(&drain_self(&c, l), "drain --self of the leader");
+    assert!(said.contains("drained itself"), "{said}");
+    assert!(draining(&c, &leader), "{leader} drains");
+    assert!(c.stop(l).success(), "{leader} stopped cleanly");
+    c.spawn(l);
+    c.node(l).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "the old leader is not draining", |s| {
+        status_node(s, &leader).is_some_and(|n| n["draining"] == false)
+    });
+
+    // A follower asks the leader, in its own name, both times.
+    let leader = c.wait_leader();
+    let f = (0..c.len()).find(|&j| c.name(j) != leader).unwrap();
+    let follower = c.name(f).to_owned();
+    eprintln!("phase: the follower {follower} drains itself through the leader {leader}");
+    let said = ok(&drain_self(&c, f), "drain --self of a follower");
+    assert!(said.contains("drained itself"), "{said}");
+    assert!(draining(&c, &follower), "{follower} drains");
+    assert!(c.stop(f).success(), "{follower} stopped cleanly");
+    c.spawn(f);
+    c.node(f).wait_for(
+        "node.undrained_itself",
+        is("node.undrained_itself").f(),
+        WAIT,
+    );
+    wait_status(&c, "the follower is not draining", |s| {
+        status_node(s, &follower).is_some_and(|n| n["draining"] == false)
+    });
+    if c.wait_leader() == leader {
+        let asked = c
+            .node(c.index(&leader))
+            .count(|e| is("admin.request").matches(e) && e["node"] == follower.as_str());
+        assert_eq!(asked, 2, "{leader} proposed {follower}'s drain and undrain");
+    }
+
+    c.stop_all();
+    assert_safe(&c.merged(), "solo", 1);
+}

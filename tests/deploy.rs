@@ -2,7 +2,8 @@
 //! `systemd-analyze verify` (with its `ExecStart` pointed at the built binary), and every
 //! node config in them (`deploy/systemd/tenure.toml`, each `tenure-N.toml` of the
 //! Kubernetes ConfigMap) loads with the node's own config loader and names a certificate
-//! of its own. The Kubernetes schemas are checked by `deploy/kubernetes/validate.sh`
+//! of its own; the Kubernetes preStop hook is a command the binary accepts, within the
+//! grace period. The Kubernetes schemas are checked by `deploy/kubernetes/validate.sh`
 //! (CI), which needs kubernetes-validate from PyPI.
 
 use std::path::{Path, PathBuf};
@@ -61,8 +62,9 @@ fn the_systemd_example_config_loads() {
 fn each_kubernetes_node_config_loads_and_names_its_own_certificate() {
     let manifest = std::fs::read_to_string(deploy("kubernetes/tenure.yaml")).unwrap();
     assert!(
-        manifest.contains(r#"args: ["run", "--config", "/etc/tenure/config/$(POD_NAME).toml"]"#),
-        "the pod's config is named by the pod"
+        manifest.contains(r#"args: ["run"]"#)
+            && manifest.contains("value: /etc/tenure/config/$(POD_NAME).toml"),
+        "the pod's config is named by the pod, in TENURE_CONFIG"
     );
     let configs = configmap_files(&manifest);
     assert_eq!(configs.len(), 3, "{configs:?}");
@@ -119,4 +121,49 @@ fn configmap_files(manifest: &str) -> Vec<(String, String)> {
     }
     files.extend(current);
     files
+}
+
+/// The preStop hook runs a command the binary accepts (`tenure drain --self`, reading the
+/// pod's TENURE_CONFIG), within a grace period that leaves SIGTERM its own time after it.
+#[test]
+fn the_kubernetes_pre_stop_hook_drains_the_node_within_the_grace_period() {
+    let manifest = std::fs::read_to_string(deploy("kubernetes/tenure.yaml")).unwrap();
+    let hook = r#"command: ["/usr/local/bin/tenure", "drain", "--self", "--timeout", "60s"]"#;
+    assert!(
+        manifest.contains("preStop:") && manifest.contains(hook),
+        "no {hook}"
+    );
+    let grace: u64 = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
+        .expect("terminationGracePeriodSeconds")
+        .parse()
+        .unwrap();
+    // The hook's 60 s, then SIGTERM's bound with the default plugin limits (0.5 s stop
+    // grace + 5 s cleanup + 5 s), with room to spare.
+    assert!(
+        grace >= 60 + 11 + 10,
+        "terminationGracePeriodSeconds: {grace}"
+    );
+
+    // The hook's own arguments, with tenure-0's config as the pod sets it: the command
+    // parses and gets as far as the node's certificate, which exists only in the pod.
+    let (_, config) = configmap_files(&manifest).into_iter().next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tenure-0.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["drain", "--self", "--timeout", "60s"])
+        .env("TENURE_CONFIG", &path)
+        .env_remove("TENURE_NAME")
+        .env_remove("TENURE_DATA_DIR")
+        .env_remove("TENURE_LISTEN")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("no node certificate at /etc/tenure/certs/tenure-0.pem"),
+        "{said}"
+    );
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod admin;
 mod logging;
 mod member;
+mod own_drain;
 mod plugin_test;
 mod snapshot;
 mod watch;

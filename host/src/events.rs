@@ -8,6 +8,12 @@
 pub const NODE_STARTED: &str = "node.started";
 pub const NODE_READY: &str = "node.ready";
 pub const NODE_STOPPING: &str = "node.stopping";
+/// The node drained itself (`tenure drain --self`, a Kubernetes preStop hook): its slots
+/// move away, and it undrains itself once it is ready after its restart.
+pub const NODE_DRAINED_ITSELF: &str = "node.drained_itself";
+/// The node lifted the drain it put on itself before it stopped (INFO), or cannot yet
+/// (WARN, `error`; it tries again every second).
+pub const NODE_UNDRAINED_ITSELF: &str = "node.undrained_itself";
 pub const NODE_STOPPED: &str = "node.stopped";
 pub const NODE_ABORTED: &str = "node.aborted";
 /// The control plane stopped on a fatal error (`cause`): the node stops renewing, stops

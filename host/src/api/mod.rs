@@ -24,6 +24,11 @@
 //!   operator certificate, sends one request, and turns every failure into a message that
 //!   says what to do.
 //!
+//! A node's own certificate may send one kind of request: to drain or undrain that node
+//! ([`node_may_ask`]; `tenure drain --self`, which a Kubernetes `preStop` hook runs), so
+//! that a pod needs no operator certificate to leave cleanly. Everything else from a node
+//! certificate is refused with `NODE_CERT_REFUSAL`.
+//!
 //! Actions go to the leader: a node that is not the leader answers
 //! [`AdminResponse::Leader`] and the client asks that node instead. Operator commands
 //! are never forwarded between nodes, because the leader accepts them only from an
@@ -157,6 +162,26 @@ pub trait Admin: Send + Sync + 'static {
         operator: &str,
         request: AdminRequest,
     ) -> BoxFuture<Result<AdminResponse, String>>;
+
+    /// Answers `request` from the node `node`, authenticated with its own node
+    /// certificate. [`AdminService`] passes only [`AdminRequest::Drain`] and
+    /// [`AdminRequest::Undrain`] naming `node` itself: what a node's certificate may ask
+    /// (a node drains itself before it stops, and undrains itself once it is back).
+    fn handle_node(
+        &self,
+        node: &str,
+        request: AdminRequest,
+    ) -> BoxFuture<Result<AdminResponse, String>> {
+        let _ = (node, request);
+        Box::pin(async { Err(crate::rpc::NODE_CERT_REFUSAL.to_owned()) })
+    }
+}
+
+/// Whether the node certificate of `node` may send `request`: a drain or undrain of
+/// `node` itself, and nothing else (least privilege for the credentials a node's pod or
+/// host already holds; every other request needs an operator certificate).
+pub fn node_may_ask(node: &str, request: &AdminRequest) -> bool {
+    matches!(request, AdminRequest::Drain { node: n } | AdminRequest::Undrain { node: n } if n == node)
 }
 
 /// Serves an [`Admin`] as the node's [`OperatorService`]: decodes requests, encodes answers.
@@ -181,8 +206,16 @@ impl OperatorService for AdminService {
         let admin = self.admin.clone();
         let snapshots = self.snapshots.clone();
         let name = operator.identity.name.clone();
+        let from_node = operator.identity.kind == crate::pki::Kind::Node;
         Box::pin(async move {
-            let response = match request? {
+            let request = request?;
+            if from_node {
+                if !node_may_ask(&name, &request) {
+                    return Err(crate::rpc::NODE_CERT_REFUSAL.to_owned());
+                }
+                return encode(&admin.handle_node(&name, request).await?);
+            }
+            let response = match request {
                 AdminRequest::StatusPage(query) => {
                     AdminResponse::StatusPage(status_page(&*admin, &snapshots, &name, query).await?)
                 }

@@ -48,6 +48,18 @@ impl Admin for Fake {
         };
         Box::pin(async move { answer })
     }
+
+    fn handle_node(
+        &self,
+        node: &str,
+        request: AdminRequest,
+    ) -> BoxFuture<Result<AdminResponse, String>> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((format!("node {node}"), request.clone()));
+        Box::pin(async move { Ok(AdminResponse::Done(format!("asked: {request}"))) })
+    }
 }
 
 /// Raft as n1, the leader and only voter, sees it.
@@ -217,6 +229,45 @@ async fn a_node_certificate_is_told_to_use_an_operator_certificate() {
     assert!(s.fake.seen.lock().unwrap().is_empty());
     // Not counted as a rejected envelope.
     assert_eq!(s.n1.rejections().iter().map(|(_, n)| n).sum::<u64>(), 0);
+
+    // But for its own drain and undrain (`tenure drain --self`): only those reach the
+    // admin, as the node's request.
+    for other in [
+        AdminRequest::Drain { node: "n1".into() },
+        AdminRequest::Undrain { node: "n2".into() },
+        AdminRequest::Release {
+            resource: "echo".into(),
+            slot: Some(0),
+        },
+    ] {
+        let err = s.ask(n3.clone(), other.clone()).await.unwrap_err();
+        assert!(
+            matches!(err, AdminError::NodeCertificate { .. }),
+            "{other}: {err}"
+        );
+    }
+    assert!(s.fake.seen.lock().unwrap().is_empty());
+    for own in [
+        AdminRequest::Drain { node: "n3".into() },
+        AdminRequest::Undrain { node: "n3".into() },
+    ] {
+        let answer = s.ask(n3.clone(), own.clone()).await.unwrap();
+        assert_eq!(answer, AdminResponse::Done(format!("asked: {own}")));
+    }
+    let seen = s.fake.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (
+                "node n3".to_owned(),
+                AdminRequest::Drain { node: "n3".into() }
+            ),
+            (
+                "node n3".to_owned(),
+                AdminRequest::Undrain { node: "n3".into() }
+            ),
+        ]
+    );
     s.peers_served().await;
     s.close().await;
 }

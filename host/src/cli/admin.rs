@@ -62,10 +62,23 @@ pub enum AdminCommand {
         conn: Connection,
     },
     /// Move every slot away from a node and give it no new ones.
+    ///
+    /// With --self, on the node's own host (a Kubernetes preStop hook): the node of the
+    /// config file (`tenure run`'s: --config or TENURE_CONFIG) drains itself, asked with
+    /// its own certificate, and the command ends once the node holds no slots. A drain the
+    /// node put on itself is lifted by the node once it is ready again after a restart; an
+    /// operator's drain stays.
     Drain {
         /// The node to drain.
-        #[arg(value_name = "NODE")]
-        name: String,
+        #[arg(value_name = "NODE", required_unless_present = "own")]
+        name: Option<String>,
+        /// Drain the node of this host's config, with its own certificate, and wait until
+        /// its slots moved (bounded by --timeout).
+        #[arg(long = "self", id = "own", conflicts_with = "name")]
+        own: bool,
+        /// With --self: the node's config file.
+        #[arg(long, env = "TENURE_CONFIG", value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         conn: Connection,
     },
@@ -224,6 +237,15 @@ pub struct Target {
 
 /// Runs one admin command.
 pub fn admin(command: AdminCommand) -> anyhow::Result<()> {
+    if let AdminCommand::Drain {
+        own: true,
+        config,
+        conn,
+        ..
+    } = command
+    {
+        return super::own_drain::drain_self(config, conn.timeout);
+    }
     let (request, conn, json) = request_of(command)?;
     if let AdminRequest::StatusPage(filter) = request {
         return status(json, filter, conn);
@@ -375,7 +397,10 @@ fn request_of(command: AdminCommand) -> anyhow::Result<(AdminRequest, Connection
             pki::validate_name(&to)?;
             (AdminRequest::Move { resource, slot, to }, conn, false)
         }
-        AdminCommand::Drain { name, conn } => (AdminRequest::Drain { node: name }, conn, false),
+        AdminCommand::Drain { name, conn, .. } => {
+            let node = name.context("name the node to drain, or pass --self")?;
+            (AdminRequest::Drain { node }, conn, false)
+        }
         AdminCommand::Undrain { name, conn } => (AdminRequest::Undrain { node: name }, conn, false),
         AdminCommand::Release { target, conn } => {
             let (resource, slot) = slot_ref(&target)?;

@@ -1,9 +1,11 @@
 //! Operator requests (`tenure status`, `watch`, `move`, `drain`, `undrain`, `release`,
 //! `revoke`, `member`): status and watch are answered by any node from its replica; actions only by
 //! the leader, which proposes them itself (another node names the leader, and the client
-//! asks it).
+//! asks it). A node's own certificate may ask only for its drain or undrain
+//! ([`NodeAdmin::answer_node`], `self_drain.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::shared::{Shared, now_ms};
@@ -18,16 +20,21 @@ use crate::placement;
 use crate::raft::ProposeError;
 use crate::runtime::BoxFuture;
 
+#[derive(Clone)]
 struct NodeAdmin {
     shared: Arc<Shared>,
     snapshots: Arc<super::backup::Kept>,
+    /// The file that says this node's drain is its own (`self_drain.rs`).
+    own_drain: PathBuf,
 }
 
-/// The operator handler the node's endpoint serves.
-pub fn adapter(shared: Arc<Shared>) -> Arc<dyn crate::rpc::OperatorService> {
+/// The operator handler the node's endpoint serves; `own_drain` is the data dir's
+/// `self_drain::MARKER`.
+pub fn adapter(shared: Arc<Shared>, own_drain: PathBuf) -> Arc<dyn crate::rpc::OperatorService> {
     crate::api::AdminService::new(Arc::new(NodeAdmin {
         shared,
         snapshots: Arc::default(),
+        own_drain,
     }))
 }
 
@@ -115,6 +122,56 @@ impl Admin for NodeAdmin {
                 Err(e) => Err(e.to_string()),
             }
         })
+    }
+
+    fn handle_node(
+        &self,
+        node: &str,
+        request: AdminRequest,
+    ) -> BoxFuture<Result<AdminResponse, String>> {
+        let this = self.clone();
+        let node = node.to_owned();
+        Box::pin(async move { this.answer_node(&node, request).await })
+    }
+}
+
+impl NodeAdmin {
+    /// A drain or undrain of node `node` asked with its own certificate
+    /// (`api::node_may_ask` let only these through). At this node, from its own
+    /// certificate: `tenure drain --self`, which `self_drain.rs` carries out. From another
+    /// node: that node asks the leader to propose its drain or undrain.
+    async fn answer_node(
+        &self,
+        node: &str,
+        request: AdminRequest,
+    ) -> Result<AdminResponse, String> {
+        let shared = &self.shared;
+        if node == shared.me {
+            return match request {
+                AdminRequest::Drain { .. } => {
+                    super::self_drain::drain(shared, &self.own_drain).await
+                }
+                _ => super::self_drain::undrain(shared, &self.own_drain)
+                    .await
+                    .map(AdminResponse::Done),
+            };
+        }
+        let (command, message) = shared.read(|c| {
+            crate::api::command_for(&request, c, now_ms())
+                .map(|command| (command.clone(), crate::api::describe(&command, c)))
+        })?;
+        if !shared.control.is_leader() {
+            return leader_or_wait(shared.control.leader());
+        }
+        tracing::info!(event = events::ADMIN_REQUEST, node = %node, request = %request, "a node's request about itself");
+        match shared.control.propose_here(command).await {
+            Ok(Response::Done) => Ok(AdminResponse::Done(message)),
+            Ok(other) => Err(other.to_string()),
+            Err(ProposeError::NotLeader { leader }) => {
+                leader_or_wait(leader.map(|p| (p.name, p.addr)))
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 

@@ -31,6 +31,7 @@ mod preflight;
 mod probe;
 mod recovery;
 mod revocations;
+mod self_drain;
 mod session;
 mod shared;
 
@@ -204,7 +205,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     shared.set_rpc(rpc.clone());
     let liveness = Arc::new(Liveness::default());
     renewals.attach(shared.clone(), liveness.clone());
-    rpc.serve_operators(admin::adapter(shared.clone()));
+    let own_drain = config.data_dir.join(self_drain::MARKER);
+    rpc.serve_operators(admin::adapter(shared.clone(), own_drain.clone()));
     let metrics_probe = Arc::new(probe::NodeProbe::new(shared.clone()));
     let _metrics = probe::serve(config.metrics, metrics_probe.clone()).await?;
 
@@ -292,6 +294,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // `node.ready` is said once the initial scan is done and its loads have ended.
     let (mut scanned, mut ready) = (false, false);
+    // A drain this node put on itself before it stopped is lifted once it is ready
+    // (`self_drain.rs`); `own_drain_watch` notices an operator lifting it meanwhile.
+    let mut lifting = None;
+    let mut own_drain_watch = self_drain::Watch::default();
     // Loaded or removed plugins not yet in `plugins` and the adverts (see `PUBLISH_EVERY`).
     let mut unpublished = false;
     let mut published_at = tokio::time::Instant::now();
@@ -354,6 +360,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         if ready && !systemd.ready_sent() && metrics_probe.ready() {
             systemd.ready();
         }
+        own_drain_watch.observe(&shared, &own_drain);
+        if ready && lifting.is_none() && metrics_probe.ready() {
+            lifting = Some(tokio::spawn(self_drain::lift_when_back(
+                shared.clone(),
+                own_drain.clone(),
+                stop.clone(),
+            )));
+        }
         systemd.tick();
         owner.reconcile(&plugins, true).await;
         metrics_probe.set_running(owner.running());
@@ -398,6 +412,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         end_session(&shared).await;
     }
     stop_tx.send_replace(true);
+    if let Some(lifting) = lifting {
+        lifting.abort();
+    }
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = session.await;
         let _ = leader.await;

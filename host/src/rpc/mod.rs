@@ -27,8 +27,9 @@
 //! one namespace in the gate, so an operator envelope is refused before any check).
 //! Operators authenticate by mutual TLS alone and send operator requests
 //! (`operator.rs`): a prefixed body that goes, unsigned, to the [`OperatorService`] a node
-//! registers with [`Rpc::serve_operators`]. A node peer that sends an operator request is
-//! told to use an operator certificate.
+//! registers with [`Rpc::serve_operators`]. A node peer's operator request goes there too,
+//! with the node's identity: the service refuses it ("use an operator certificate")
+//! unless it is that node's own drain or undrain (`crate::api::node_may_ask`).
 //!
 //! **Rejections** are answered with an error (the service is not called), counted per
 //! [`Reason`](crate::envelope::Reason) and logged at a limited rate

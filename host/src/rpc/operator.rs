@@ -14,8 +14,10 @@
 //! deserves a plain answer rather than "envelope rejected: malformed". The prefix starts
 //! with a zero byte, which a sealed envelope never does (it starts with the varint length
 //! of a non-empty body), so the two kinds of request cannot be confused and a node's
-//! admin attempt is recognised and refused with [`NODE_CERT_REFUSAL`], without counting as
-//! an envelope rejection.
+//! admin attempt is recognised, without counting as an envelope rejection, and handed to
+//! the service with the node's identity: the service refuses it with
+//! [`NODE_CERT_REFUSAL`], unless it asks to drain or undrain that very node (what a node's
+//! own certificate may do: `tenure drain --self`, `crate::api`).
 //!
 //! A node registers its service after binding ([`super::Rpc::serve_operators`]); until
 //! then operator requests are refused with a message saying so.
@@ -35,8 +37,9 @@ pub const OPERATOR_PREFIX_ANY: &[u8] = b"\0tenure-operator/";
 pub const NODE_CERT_REFUSAL: &str =
     "node certificates cannot run admin commands; use an operator certificate";
 
-/// Answers operator requests. Only peers with an operator certificate that passed TLS
-/// (and is not revoked) reach it.
+/// Answers operator requests. Only peers whose certificate passed TLS (and is not
+/// revoked) reach it: operators, and nodes, whose requests it must check by
+/// `operator.identity.kind`.
 pub trait OperatorService: Send + Sync + 'static {
     /// Answers one request `body` (without the prefix) from `operator`.
     fn call(&self, operator: &PeerInfo, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>>;
