@@ -3,7 +3,7 @@
 //! to the last slot running it, and where that time goes.
 //!
 //! A benchmark, not a timed test: it is `#[ignore]`d and prints figures (median and range
-//! over [`runs`]), asserting only that the rollout happens. Run it in release (the nodes'
+//! over [`runs`]) and asserts nothing about time. Run it in release (the nodes'
 //! compiler is the test's `tenure` binary, and a debug Cranelift is many times slower):
 //!
 //! ```sh
@@ -189,8 +189,8 @@ fn one_run(lang: &str, v1: &[u8], v2: &[u8], incremental: bool) -> Rollout {
         let owners = c.owners("counter");
         (owners.len() == 3 && owners.iter().all(|o| o.version == "2.0.0")).then_some(owners)
     });
-    // The compiles are reaped once they end: wait until every node's children's CPU has
-    // been counted (it only grows once the compile is reaped, right after `plugin.loaded`).
+    // A compile's CPU is counted in its node's cutime/cstime once the node has reaped the
+    // child, which it does before it writes `plugin.loaded`.
     let cpu_after: Vec<u64> = (0..3)
         .map(|i| children_cpu_ticks(c.node(i).pid()))
         .collect();
