@@ -14,8 +14,20 @@
 //!    sdk-js, counter-js again: the same figures for each, the functions taken from the
 //!    cache and compiled, and the cache's size.
 //!
-//! Instantiation and running code compiled at each level are not measured here.
-//! It prints figures and asserts nothing about them.
+//! 3. **Strategies** (issue 29, item 3): for each way the runtime can make code
+//!    ([`Codegen`]: Cranelift at `Speed`, what the node uses; Cranelift at `None`; and
+//!    Winch in a build with `--features winch`), a runtime of the node's (pooling
+//!    allocator, no compile cache) loads heartbeat, the Python and JavaScript counters,
+//!    and the same counters with one line that does a loop of work before the first
+//!    count (`work-py`: a generator over 300,000 integers; `work-js`: a `for` loop of
+//!    1,000,000): the load's wall and CPU time (the compile, and checking the component
+//!    against the world), then [`ROUNDS`] times instantiate → the end of the plugin's
+//!    start-up: for the counters their first `state.save` (after a `state.load` and the
+//!    loop of work, if any), for heartbeat its first wait. The work's cost is the
+//!    difference between `work-*` and the counter.
+//!
+//! `TENURE_BENCH` picks sections (comma-separated: `levels` for 1 and 2, `strategies`;
+//! default both). It prints figures and asserts nothing about them.
 
 #[allow(
     dead_code,
@@ -36,8 +48,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::print_machine;
-use plugins::{build_rust, build_script, target_dir};
+use common::{Summary, millis, print_machine};
+use plugins::{
+    NoState, build_rust, build_script, context, ensure_stopped_cleanly, request_stop,
+    run_until_stopped, target_dir,
+};
+use std::path::PathBuf;
+use tenure::ownership::Grant;
+use tenure::runtime::{BoxFuture, Codegen, Runtime, StateBackend, StateError};
 use wasmtime::component::Component;
 use wasmtime::{CacheStore, Config, Engine, OptLevel};
 
@@ -51,6 +69,35 @@ fn main() -> anyhow::Result<()> {
     let [counter_py, sdk_py, counter_js, sdk_js] =
         ["counter-py", "sdk-py", "counter-js", "sdk-js"].map(|name| build_script(&target, name));
     let (counter_py, sdk_py, counter_js, sdk_js) = (counter_py?, sdk_py?, counter_js?, sdk_js?);
+    let sections = std::env::var("TENURE_BENCH").unwrap_or_default();
+    let wanted = |name: &str| sections.is_empty() || sections.split(',').any(|s| s == name);
+    if wanted("strategies") {
+        let work_py = edited(&target, "counter-py", "app.py", PY_FROM, PY_TO)?;
+        let work_js = edited(&target, "counter-js", "app.js", JS_FROM, JS_TO)?;
+        let plugins = [
+            ("heartbeat", &heartbeat),
+            ("counter-py", &counter_py),
+            ("work-py", &work_py),
+            ("counter-js", &counter_js),
+            ("work-js", &work_js),
+        ];
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        for run in 1..=RUNS {
+            for codegen in CODEGENS {
+                println!("\n== run {run}, {codegen:?}: load (compile) and instantiate + start ==");
+                for (name, wasm) in plugins {
+                    strategy(&tokio, codegen, name, wasm)?;
+                }
+            }
+            print_machine("now");
+        }
+    }
+    if !wanted("levels") {
+        return Ok(());
+    }
     for run in 1..=RUNS {
         for (level, opt) in [("Speed", OptLevel::Speed), ("None", OptLevel::None)] {
             println!("\n== run {run}, OptLevel::{level}, cold, no cache ==");
@@ -78,6 +125,131 @@ fn main() -> anyhow::Result<()> {
         print_machine("now");
     }
     Ok(())
+}
+
+/// The ways of making code compared in the strategies section.
+#[cfg(feature = "winch")]
+const CODEGENS: [Codegen; 3] = [Codegen::Speed, Codegen::Unoptimized, Codegen::Winch];
+#[cfg(not(feature = "winch"))]
+const CODEGENS: [Codegen; 2] = [Codegen::Speed, Codegen::Unoptimized];
+
+/// Instantiate + start rounds per plugin and strategy.
+const ROUNDS: usize = 10;
+
+/// The line of counter-py that `work-py` changes, and what it becomes: a loop of work
+/// before the first count (its result is 0, so the plugin counts as before).
+const PY_FROM: &str = "n = load_count()";
+const PY_TO: &str = "n = load_count() + 0 * sum(i * i % 7 for i in range(300_000))";
+/// The same for counter-js.
+const JS_FROM: &str = "let n = loadCount();";
+const JS_TO: &str = "let n = loadCount(); { let w = 0; for (let i = 0; i < 1000000; i++) { w = (w + i * i) % 7; } if (w < 0) { n = 0n; } }";
+
+/// Builds `plugins/NAME` with one line of its app replaced (`from` → `to`) from a copy
+/// of its folder, with the plugin's own build script (which keeps the result under the
+/// digest of its inputs: a second run is quick).
+fn edited(target: &Path, name: &str, app: &str, from: &str, to: &str) -> anyhow::Result<PathBuf> {
+    let plugin = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins")).join(name);
+    let dir = target.join("polyglot").join(format!("{name}-work"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(&plugin)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), dir.join(entry.file_name()))?;
+        }
+    }
+    let source = std::fs::read_to_string(dir.join(app))?;
+    anyhow::ensure!(source.contains(from), "{name}/{app} has no {from:?}");
+    std::fs::write(dir.join(app), source.replacen(from, to, 1))?;
+    let out = dir.with_extension("wasm");
+    let status = std::process::Command::new("bash")
+        .arg(plugin.join("build.sh"))
+        .arg(&out)
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "building {name} with {to:?} failed");
+    Ok(out)
+}
+
+/// Loads `wasm` into a fresh runtime making code with `codegen` (a compile in this
+/// process), then instantiates and starts it [`ROUNDS`] times; prints the figures.
+fn strategy(
+    tokio: &tokio::runtime::Runtime,
+    codegen: Codegen,
+    name: &str,
+    wasm: &Path,
+) -> anyhow::Result<()> {
+    let bytes = std::fs::read(wasm)?;
+    let runtime = Runtime::with_codegen(None, codegen)?;
+    let cpu = cpu_seconds();
+    let began = Instant::now();
+    let plugin = Arc::new(runtime.load(&bytes)?);
+    let wall = began.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    let mut started = Vec::new();
+    for round in 0..ROUNDS {
+        // The counters save their first count once their start-up (and the loop of
+        // work) is done: that save is the moment measured. Not the call's first
+        // `Pending`: the epoch interrupts a long loop and yields well before it ends.
+        // heartbeat saves nothing; its first wait is its start-up's end.
+        let (saved_tx, saved_rx) = tokio::sync::oneshot::channel();
+        let saves = name != "heartbeat";
+        let state: Arc<dyn StateBackend> = if saves {
+            Arc::new(FirstSave(std::sync::Mutex::new(Some(saved_tx))))
+        } else {
+            Arc::new(NoState)
+        };
+        let ctx = context("bench", "bench", round as u64 + 1, &state, 1 << 30);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let began = Instant::now();
+        let (parked, saved, returned) = tokio.block_on(async {
+            let task = tokio::spawn(run_until_stopped(
+                plugin.clone(),
+                ctx.clone(),
+                move |_, s| {
+                    let _ = tx.send(s);
+                },
+            ));
+            let limit = std::time::Duration::from_secs(120);
+            let parked = tokio::time::timeout(limit, rx).await;
+            let saved = if saves {
+                Some(tokio::time::timeout(limit, saved_rx).await)
+            } else {
+                None
+            };
+            request_stop(&ctx);
+            let returned = task.await?;
+            anyhow::Ok((parked, saved, returned))
+        })?;
+        ensure_stopped_cleanly(&returned)?;
+        let elapsed = match saved {
+            Some(saved) => saved??.duration_since(began),
+            None => parked??,
+        };
+        started.push(millis(elapsed));
+    }
+    println!(
+        "{name:<12} load wall {wall:6.2} s  cpu {cpu:6.2} s   instantiate + start-up {}",
+        Summary::of(started).describe("ms", 2)
+    );
+    Ok(())
+}
+
+/// A state backend that holds nothing and tells when the first save comes.
+struct FirstSave(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Instant>>>);
+
+impl StateBackend for FirstSave {
+    fn load(&self, _: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn save(&self, _: &Grant, _: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+        let now = Instant::now();
+        if let Some(tx) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = tx.send(now);
+        }
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The node's compiler settings (`runtime::engine_config` without pooling) at `opt`.

@@ -355,7 +355,21 @@ impl Runtime {
     /// [`Runtime::new`] with a pool of other totals than [`POOL`]: for tests that fill
     /// a pool to see where it refuses.
     pub fn with_pool(cache_dir: Option<&Path>, pool: &Pool) -> Result<Self, RuntimeError> {
-        let (engine, pooling) = match Engine::new(&sized_engine_config(Some(pool))) {
+        Self::build(cache_dir, pool, Codegen::Speed)
+    }
+
+    /// [`Runtime::new`] making machine code another way than the node does: for the
+    /// benchmark that compares them (`benches/codegen.rs`). Compiles in this process.
+    pub fn with_codegen(cache_dir: Option<&Path>, codegen: Codegen) -> Result<Self, RuntimeError> {
+        Self::build(cache_dir, &POOL, codegen)
+    }
+
+    fn build(
+        cache_dir: Option<&Path>,
+        pool: &Pool,
+        codegen: Codegen,
+    ) -> Result<Self, RuntimeError> {
+        let (engine, pooling) = match Engine::new(&sized_engine_config(Some(pool), codegen)) {
             Ok(engine) => (engine, true),
             Err(err) => {
                 tracing::warn!(
@@ -363,7 +377,7 @@ impl Runtime {
                     error = %err,
                     "the pooling allocator is unavailable on this machine; using on-demand allocation (slower instantiation)"
                 );
-                let engine = Engine::new(&engine_config(false))
+                let engine = Engine::new(&sized_engine_config(None, codegen))
                     .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
                 (engine, false)
             }
@@ -681,17 +695,44 @@ pub const POOL: Pool = Pool {
     tables: 4 * MAX_INSTANCES,
 };
 
+/// How the engine makes machine code. The node always uses [`Codegen::Speed`]; the
+/// others exist for `benches/codegen.rs`, which measures what each costs to compile and
+/// to run (BENCHMARKS.md, "Choosing the compile strategy", says why the node stays at
+/// `Speed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codegen {
+    /// Cranelift, `OptLevel::Speed`.
+    Speed,
+    /// Cranelift, `OptLevel::None`: no optimization passes.
+    Unoptimized,
+    /// Winch, wasmtime's single-pass baseline compiler (x86_64 and aarch64; only in a
+    /// build with the `winch` feature).
+    #[cfg(feature = "winch")]
+    Winch,
+}
+
 /// The engine's configuration: pooling allocation sized to [`POOL`], or on demand.
 fn engine_config(pooling: bool) -> wasmtime::Config {
-    sized_engine_config(pooling.then_some(&POOL))
+    sized_engine_config(pooling.then_some(&POOL), Codegen::Speed)
 }
 
 /// The engine's configuration: pooling allocation sized to `pool`, or on demand.
-fn sized_engine_config(pool: Option<&Pool>) -> wasmtime::Config {
+fn sized_engine_config(pool: Option<&Pool>, codegen: Codegen) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
-    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    match codegen {
+        Codegen::Speed => {
+            config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        }
+        Codegen::Unoptimized => {
+            config.cranelift_opt_level(wasmtime::OptLevel::None);
+        }
+        #[cfg(feature = "winch")]
+        Codegen::Winch => {
+            config.strategy(wasmtime::Strategy::Winch);
+        }
+    }
     if let Some(totals) = pool {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
         // Every plugin instance runs its calls on one fiber stack of its own.
