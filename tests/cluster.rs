@@ -841,29 +841,13 @@ fn a_revoked_node_is_refused_everywhere_and_its_slots_move() {
     assert_eq!(role(&c.status_via(via)), None, "{victim} is forgotten");
 }
 
-/// The preload library that shifts a process's wall clock (Debian's `libfaketime`, which
-/// `.ci/run` installs): the real clock calls of a real `tenure` process, not a test switch.
-const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-
 /// Clock skew is a warning, not a partition (issue 24): n3's wall clock runs a minute
 /// ahead of the others' (its monotonic clock, which the leases use, is untouched). It
 /// still forms the cluster with them, opens a session and runs a slot, and every node
 /// says how far off the other's clock is instead of refusing its messages.
 #[test]
 fn a_node_whose_wall_clock_is_a_minute_ahead_takes_part_and_is_warned_about() {
-    assert!(
-        std::path::Path::new(FAKETIME).exists(),
-        "{FAKETIME} is missing: install Debian's faketime package (`apt-get install faketime`; .ci/run does)"
-    );
-    let ahead: Vec<std::ffi::OsString> = [
-        "env",
-        &format!("LD_PRELOAD={FAKETIME}"),
-        "FAKETIME=+60s",
-        "FAKETIME_DONT_FAKE_MONOTONIC=1",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
+    let ahead = clock_shifted("+60s");
     let mut c = Cluster::builder(3)
         .wrappers(vec![Vec::new(), Vec::new(), ahead])
         .build();

@@ -331,3 +331,29 @@ fn a_second_run_of_a_store_gets_no_session_until_the_first_ones_has_expired() {
         "the second process opened its session before the first one lost its lease"
     );
 }
+
+/// A node whose wall clock ran an hour ahead (a warning now, not a partition) loses its
+/// data dir and comes back, its clock fixed, as a new member. Its new run's incarnation
+/// (microseconds of its clock at start) is below the old run's, which every other node
+/// remembers: once the old member is removed, they must forget that, or they refuse the
+/// new run as a stale incarnation of the old one until its clock catches up (an hour).
+#[test]
+fn a_wiped_node_whose_old_clock_ran_ahead_rejoins_once_its_old_member_is_removed() {
+    let mut c = Cluster::builder(3)
+        .wrappers(vec![Vec::new(), Vec::new(), clock_shifted("+1h")])
+        .build();
+    c.start();
+    c.kill(2);
+    c.wipe(2);
+    c.node_mut(2).set_wrapper(Vec::new());
+    c.wait("the old member removed", WAIT, |c| {
+        c.admin(&["member", "remove", "n3"])
+            .status
+            .success()
+            .then_some(())
+    });
+    c.switch_to_join(2);
+    c.spawn(2);
+    c.wait_event(2, "n3 joined as a new member", 0, is("cluster.joined").f());
+    c.wait_formed();
+}

@@ -1019,6 +1019,29 @@ impl Drop for Node {
     }
 }
 
+/// The preload library that shifts a process's wall clock (Debian's `libfaketime`, which
+/// `.ci/run` installs): the real clock calls of a real `tenure` process, not a test switch.
+pub const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// A wrapper (for [`Node::set_wrapper`]) that runs the node with its wall clock shifted by
+/// `offset` (libfaketime's syntax: `+60s`, `+1h`); its monotonic clock, which the leases
+/// use, is left alone.
+pub fn clock_shifted(offset: &str) -> Vec<std::ffi::OsString> {
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: install Debian's faketime package (`apt-get install faketime`; .ci/run does)"
+    );
+    [
+        "env".to_string(),
+        format!("LD_PRELOAD={FAKETIME}"),
+        format!("FAKETIME={offset}"),
+        "FAKETIME_DONT_FAKE_MONOTONIC=1".to_string(),
+    ]
+    .into_iter()
+    .map(Into::into)
+    .collect()
+}
+
 // ---- Reading events -------------------------------------------------------------------
 
 /// A predicate on events: `is("plugin.stopped").with("resource", "busy")`.

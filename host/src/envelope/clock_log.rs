@@ -2,10 +2,18 @@
 //!
 //! Every envelope carries its sender's wall-clock send time. The gate once refused an
 //! envelope more than 30 s from the receiver's clock, so two voters on a bad time source
-//! cut themselves off and took the quorum with them. Nothing in the protocols needs the
-//! clocks to agree (leases run on each node's monotonic clock; replay protection rests on
-//! the incarnation and the sequence), so an offset is now something to tell the operator,
+//! cut themselves off and took the quorum with them. Safety does not need the clocks to
+//! agree (leases run on each node's monotonic clock; replay protection rests on the
+//! incarnation and the sequence), so an offset is now something to tell the operator,
 //! with its size, in a `clock.skew` warning naming the peer.
+//!
+//! What an offset still affects, none of it safety: times in logs and `tenure status`;
+//! certificate validity, which each node checks against its own clock (an offset beyond a
+//! certificate's start margin fails handshakes with a new certificate); and a few
+//! decisions that compare a time one node wrote into the replicated state with another
+//! node's clock: how long a slot has been owned (rebalancing waits for older slots), a
+//! plugin's give-up cooldown, and the ten minutes in which a new leader finishes a
+//! revocation's removal. Fix the time source the warning names.
 //!
 //! One envelope's `sent_at − received_at` is the offset minus the time the envelope spent
 //! in flight and in queues, which on a loaded machine can itself exceed a second. So the
@@ -90,9 +98,10 @@ impl ClockLog {
                 event = CLOCK_SKEW,
                 peer,
                 offset_ms,
-                "the clock of {peer} is {} this node's: its messages are still accepted (nothing \
-                 here depends on the clocks agreeing), but times in its logs and answers are off \
-                 by as much; check its time source (NTP)",
+                "the clock of {peer} is {} this node's: its messages are still accepted (no lease \
+                 or fencing token depends on the clocks agreeing), but times in its logs and \
+                 answers, rebalancing and cooldowns are off by as much; check its time source \
+                 (NTP)",
                 describe(offset_ms)
             ),
             Some(Verdict::Back { offset_ms }) => tracing::info!(

@@ -104,6 +104,13 @@ impl Gate {
         &self.me
     }
 
+    /// Forgets the replay state of `sender`, a member the cluster removed, so that a new
+    /// run under its name (a wiped node rejoining, perhaps with a clock behind the old
+    /// run's) is not refused as a stale incarnation of the old one.
+    pub fn forget(&self, sender: &str) {
+        self.lock().forget(sender);
+    }
+
     /// How many senders' replay state the gate holds (for metrics).
     pub fn tracked_senders(&self) -> usize {
         self.lock().len()

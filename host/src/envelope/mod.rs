@@ -109,6 +109,16 @@
 //!   forgetting is dropped. The senders that a full table evicts are by construction the
 //!   ones quietest of late.
 //!
+//! **A removed member** is forgotten without raising the watermark ([`Gate::forget`],
+//! called as the node applies the member's removal). Its name may come back as a new
+//! member on an empty data dir, whose incarnation and send times come from a clock that
+//! may be behind the old run's (the old run's clock may have been ahead: skew is only a
+//! warning); holding it to the old run's numbers would refuse it until its clock caught
+//! up. Forgetting lets the old run's envelopes in again only if the old run itself sends
+//! them, and it could sign new ones as well: the removal, not the replay state, is what
+//! keeps a removed member out (its Raft messages and proposals are refused as a
+//! non-member's).
+//!
 //! A cluster has at most a few hundred nodes, each holding a certificate from the cluster
 //! CA, so the bound is only reached by someone holding thousands of certificates; it exists
 //! so that even then memory stays bounded (about 250 bytes per sender).

@@ -87,6 +87,12 @@ impl ReplayTable {
         Ok(())
     }
 
+    /// Forgets `sender` without raising the watermark: for a member the cluster removed
+    /// (see the module essay of `envelope`, "A removed member").
+    pub fn forget(&mut self, sender: &str) {
+        self.senders.remove(sender);
+    }
+
     /// How many senders the table remembers.
     pub fn len(&self) -> usize {
         self.senders.len()
@@ -218,6 +224,19 @@ mod tests {
         // ... and accepts the rest as usual.
         t.admit("a", 1, 5, 1_012).unwrap();
         assert_eq!(why(t.admit("a", 1, 5, 1_012)), "already accepted");
+    }
+
+    #[test]
+    fn a_removed_sender_is_forgotten_without_a_watermark() {
+        // n3 ran with its clock an hour ahead; its data dir was lost, it was removed, and
+        // it comes back with a correct clock: a lower incarnation and earlier send times.
+        let mut t = ReplayTable::new(8);
+        t.admit("n3", 3_600_000_000, 5, 3_600_000).unwrap();
+        assert_eq!(why(t.admit("n3", 1_000, 1, 1)), "stale");
+        t.forget("n3");
+        t.admit("n3", 1_000, 1, 1).unwrap();
+        assert_eq!(t.watermark_ms, None);
+        assert_eq!(why(t.admit("n3", 1_000, 1, 1)), "already accepted");
     }
 
     #[test]

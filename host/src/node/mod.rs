@@ -177,6 +177,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let cluster = state.read().unwrap_or_else(|p| p.into_inner());
         cluster.revoked.keys().cloned().collect()
     };
+    // The members as this replica knows them, to see one removed (the main loop).
+    let mut members: BTreeSet<String> = {
+        let state = control.state();
+        let cluster = state.read().unwrap_or_else(|p| p.into_inner());
+        cluster.members.keys().cloned().collect()
+    };
     let transport = TransportConfig {
         listen,
         reset_key: Some(reset_key(&config.data_dir)?),
@@ -376,6 +382,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             rpc.transport().set_revoked(now_revoked.clone());
             revoked = now_revoked;
         }
+        // A member the cluster removed may come back as a new member on an empty data dir,
+        // under a lower incarnation: forget its old run's replay state (`envelope`).
+        let now_members: BTreeSet<String> = shared.read(|c| c.members.keys().cloned().collect());
+        for gone in members.difference(&now_members) {
+            rpc.forget_sender(gone);
+        }
+        members = now_members;
     }
 
     tracing::info!(event = events::NODE_STOPPING, node = %config.name, "shutting down: handing every slot over");

@@ -9,9 +9,12 @@
 //! exists to prevent). So:
 //!
 //! - Every replica hashes its applied state (SHA-256 of its postcard encoding: ordered
-//!   maps only, so equal states give equal bytes) each time it applies an entry whose
-//!   index is a multiple of [`EVERY`], and keeps the last [`KEPT`] of those hashes. A
-//!   replica that installs a snapshot starts its list afresh.
+//!   maps only, so equal states give equal bytes) after each entry whose index is a
+//!   multiple of [`EVERY`], and keeps the last [`KEPT`] of those hashes. The state is
+//!   encoded under the apply lock (it must be the state at that index) and hashed on a
+//!   blocking thread after the lock is let go, so readers of the state wait for a copy,
+//!   not for SHA-256 over every saved state. A replica that installs a snapshot starts its
+//!   list afresh.
 //! - The leader asks every other member for its list ([`REPLICA_HASHES`]) every
 //!   `replica_check` (config, default [`DEFAULT_CHECK_EVERY`]) and compares the indexes
 //!   both lists hold. A difference is an alarm: a `replica.diverged` ERROR naming the
@@ -35,7 +38,6 @@ use tokio::sync::watch;
 
 use super::Shared;
 use super::kinds::REPLICA_HASHES;
-use crate::cluster::Cluster;
 
 /// A replica hashes its state at every log index that is a multiple of this.
 pub const EVERY: u64 = 16;
@@ -71,20 +73,24 @@ pub(crate) struct Checksums {
 }
 
 impl Checksums {
-    /// Records the state after the entry at `index`, if `index` is one that is hashed.
-    pub(crate) fn applied(&self, index: u64, cluster: &Cluster) {
-        if index == 0 || !index.is_multiple_of(EVERY) {
-            return;
-        }
+    /// Whether the state after the entry at `index` is one to hash.
+    pub(crate) fn due(index: u64) -> bool {
+        index != 0 && index.is_multiple_of(EVERY)
+    }
+
+    /// Records the hash of `encoded`, the state after the entry at `index`.
+    pub(crate) fn record(&self, index: u64, encoded: &[u8]) {
         let hashed = Hashed {
             index,
-            sha256: digest(cluster),
+            sha256: Sha256::digest(encoded).into(),
         };
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if recent.len() >= KEPT {
             recent.pop_front();
         }
-        recent.push_back(hashed);
+        // Hashed off the apply path (`state_machine.rs`), so kept in index order here.
+        let at = recent.partition_point(|h| h.index < index);
+        recent.insert(at, hashed);
     }
 
     /// Forgets the hashes: the state was replaced (a snapshot was installed).
@@ -118,7 +124,9 @@ impl Checksums {
         let mut diverged = self.diverged.lock().unwrap_or_else(PoisonError::into_inner);
         match verdict {
             Comparison::Differ { index } => {
-                let new = diverged.get(member).is_none_or(|d| d.index != index);
+                // Said once per divergence: the first differing index moves on as old
+                // hashes roll out of the lists.
+                let new = !diverged.contains_key(member);
                 diverged.insert(member.to_owned(), Divergence { index });
                 if new {
                     tracing::error!(
@@ -147,19 +155,14 @@ impl Checksums {
         }
     }
 
-    /// Forgets every alarm (this node stopped leading: another leader compares now).
-    fn clear_alarms(&self) {
+    /// Keeps the alarms of `members` only: a member that left is no longer compared, and
+    /// a node that stopped leading keeps none (another leader compares now).
+    fn keep_alarms_of(&self, members: &[String]) {
         self.diverged
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+            .retain(|name, _| members.contains(name));
     }
-}
-
-/// The SHA-256 of `cluster`'s encoding.
-pub(crate) fn digest(cluster: &Cluster) -> [u8; 32] {
-    let bytes = postcard::to_allocvec(cluster).expect("the cluster state encodes");
-    Sha256::digest(&bytes).into()
 }
 
 /// What two replicas' lists say.
@@ -205,7 +208,7 @@ pub(crate) async fn check(shared: Arc<Shared>, every: Duration, mut stop: watch:
             _ = tokio::time::sleep(every) => {}
         }
         if !shared.is_leader() {
-            shared.checksums.clear_alarms();
+            shared.checksums.keep_alarms_of(&[]);
             continue;
         }
         let Ok(attached) = shared.attached() else {
@@ -221,6 +224,8 @@ pub(crate) async fn check(shared: Arc<Shared>, every: Duration, mut stop: watch:
                 .map(|(_, peer)| (peer.name.clone(), peer.addr.clone()))
                 .collect()
         };
+        let names: Vec<String> = members.iter().map(|(name, _)| name.clone()).collect();
+        shared.checksums.keep_alarms_of(&names);
         for (name, addr) in members {
             let Ok(sock) = super::network::resolve(&addr).await else {
                 continue;
@@ -241,6 +246,11 @@ pub(crate) async fn check(shared: Arc<Shared>, every: Duration, mut stop: watch:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Cluster;
+
+    fn digest(cluster: &Cluster) -> [u8; 32] {
+        Sha256::digest(postcard::to_allocvec(cluster).unwrap()).into()
+    }
 
     fn h(index: u64, byte: u8) -> Hashed {
         Hashed {
@@ -270,16 +280,22 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_hashes_every_sixteenth_index_and_keeps_the_last_ones() {
+    fn a_replica_hashes_every_sixteenth_index_and_keeps_a_bounded_list_in_order() {
         let sums = Checksums::default();
         let mut cluster = Cluster::default();
-        for index in 1..=EVERY * (KEPT as u64 + 3) {
-            sums.applied(index, &cluster);
+        let encoded = postcard::to_allocvec(&cluster).unwrap();
+        for index in (1..=EVERY * (KEPT as u64 + 3)).rev() {
+            if Checksums::due(index) {
+                sums.record(index, &encoded);
+            }
         }
         let list = sums.list();
         assert_eq!(list.len(), KEPT);
-        assert_eq!(list.last().unwrap().index, EVERY * (KEPT as u64 + 3));
         assert!(list.iter().all(|h| h.index % EVERY == 0));
+        assert!(
+            list.windows(2).all(|w| w[0].index < w[1].index),
+            "in index order"
+        );
         // Equal states hash equal; a different one does not.
         assert_eq!(digest(&cluster), list[0].sha256);
         cluster.preferred.insert("r".into(), BTreeMap::new());
@@ -292,8 +308,14 @@ mod tests {
     fn an_alarm_is_raised_once_and_lifted_when_the_member_agrees_again() {
         let sums = Checksums::default();
         sums.judge("n3", Comparison::Differ { index: 48 });
-        sums.judge("n3", Comparison::Differ { index: 48 });
-        assert_eq!(sums.diverged()["n3"], Divergence { index: 48 });
+        sums.judge("n3", Comparison::Differ { index: 64 });
+        assert_eq!(sums.diverged()["n3"], Divergence { index: 64 });
+        sums.judge("n4", Comparison::Differ { index: 64 });
+        sums.keep_alarms_of(&["n3".to_owned()]);
+        assert!(
+            !sums.diverged().contains_key("n4"),
+            "n4 left: its alarm goes"
+        );
         sums.judge("n3", Comparison::NothingInCommon);
         assert!(sums.diverged().contains_key("n3"));
         sums.judge("n3", Comparison::Agree);

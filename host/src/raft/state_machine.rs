@@ -114,7 +114,7 @@ impl StateMachine {
             max_snapshot,
             cluster_id,
             checksums,
-            corrupt: std::env::var_os(super::checksums::UNSAFE_CORRUPT_REPLICA).is_some(),
+            corrupt: corrupt(),
         })
     }
 
@@ -147,6 +147,19 @@ impl StateMachine {
         let index = self.applied.as_ref().map_or(0, |id| id.index);
         self.applied_index.send_replace(index);
     }
+}
+
+/// Whether this replica runs the test-only broken apply (`checksums.rs`); said at ERROR.
+fn corrupt() -> bool {
+    let on = std::env::var_os(super::checksums::UNSAFE_CORRUPT_REPLICA).is_some();
+    if on {
+        tracing::error!(
+            event = crate::events::NODE_UNSAFE,
+            "{} is set: this replica drops every saved state it applies, so it differs from the others on purpose (the replica check's test only)",
+            super::checksums::UNSAFE_CORRUPT_REPLICA
+        );
+    }
+    on
 }
 
 /// The stored snapshot, if any.
@@ -186,6 +199,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut responses = Vec::new();
+        // The states to hash (`checksums.rs`): encoded under the lock, hashed after it.
+        let mut to_hash = Vec::new();
         {
             let mut cluster = self.cluster.write().unwrap_or_else(PoisonError::into_inner);
             for entry in entries {
@@ -203,12 +218,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 if self.corrupt {
                     cluster.state.clear();
                 }
-                self.checksums.applied(log_id.index, &cluster);
+                if Checksums::due(log_id.index)
+                    && let Ok(encoded) = db::encode(&*cluster)
+                {
+                    to_hash.push((log_id.index, encoded));
+                }
                 self.applied = Some(log_id);
                 responses.push(response);
             }
         }
         self.publish();
+        if !to_hash.is_empty() {
+            let checksums = self.checksums.clone();
+            tokio::task::spawn_blocking(move || {
+                for (index, encoded) in to_hash {
+                    checksums.record(index, &encoded);
+                }
+            });
+        }
         Ok(responses)
     }
 

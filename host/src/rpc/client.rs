@@ -155,6 +155,12 @@ impl Rpc {
             .store(Some(Arc::new(Operators(handler))));
     }
 
+    /// Forgets what the envelope gate remembers of node `name`, which the cluster removed
+    /// ([`Gate::forget`]).
+    pub fn forget_sender(&self, name: &str) {
+        self.core.gate.forget(name);
+    }
+
     /// Sets the revoked certificate fingerprints (see [`Transport::set_revoked`]).
     pub fn set_revoked(&self, fingerprints: BTreeSet<String>) {
         self.transport.set_revoked(fingerprints);
