@@ -357,3 +357,33 @@ fn a_wiped_node_whose_old_clock_ran_ahead_rejoins_once_its_old_member_is_removed
     c.wait_event(2, "n3 joined as a new member", 0, is("cluster.joined").f());
     c.wait_formed();
 }
+
+/// A node comes back (as a new member, after its data dir was lost) with a `join` list
+/// that names the leader at an address the leader no longer has, as after a machine was
+/// replaced and the list was not updated everywhere. The members it reaches name the
+/// leader at its real address: the node must ask it there, not give up on the name.
+#[test]
+fn a_join_list_with_the_leader_at_a_stale_address_still_joins() {
+    let mut c = Cluster::builder(3).build();
+    let leader = c.start();
+    let l = c.index(&leader);
+    let w = (0..3).find(|&i| i != l).unwrap();
+    let other = (0..3).find(|&i| i != l && i != w).unwrap();
+    let name = c.name(w).to_string();
+    c.kill(w);
+    c.wipe(w);
+    c.wait("the old member removed", WAIT, |c| {
+        c.admin(&["member", "remove", &name])
+            .status
+            .success()
+            .then_some(())
+    });
+    c.switch_to_join(w);
+    let stale = format!("{leader}@127.0.0.1:1");
+    let through = format!("{}@{}", c.name(other), c.member(other).addr);
+    c.set_join(w, &[stale, through]);
+    c.spawn(w);
+    c.wait_event(w, "joined through the leader's real address", 0, |e| {
+        is("cluster.joined").matches(e)
+    });
+}

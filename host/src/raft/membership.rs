@@ -47,6 +47,8 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     let body = postcard::to_allocvec(&attached.me)
         .map_err(|e| ControlError::Options(format!("cannot encode the join request: {e}")))?;
     let mut wait = Duration::from_millis(100);
+    // Whether the wait was said (once: the answers are the same each round).
+    let mut told = false;
     loop {
         let mut failures = Vec::new();
         // The members given, then each leader one of them names (once each).
@@ -71,12 +73,17 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                     tracing::info!(event = crate::events::CLUSTER_JOINED, via = %name, voter, me = %attached.me, "joined the raft group");
                     return Ok(());
                 }
+                // Asked next, at the address the cluster knows it by: the list given may
+                // name the leader at an address it no longer has (it was replaced), and
+                // only that address reaches it.
                 Ok(JoinReply::NotLeader {
                     leader: Some(leader),
                 }) if leader.name != shared.name
-                    && !ask.iter().any(|(asked, _)| *asked == leader.name) =>
+                    && !ask
+                        .iter()
+                        .any(|(asked, addr)| *asked == leader.name && *addr == leader.addr) =>
                 {
-                    ask.push((leader.name, leader.addr));
+                    ask.insert(next, (leader.name, leader.addr));
                 }
                 Ok(JoinReply::NotLeader { leader }) => failures.push(format!(
                     "{name}: not the leader (leader: {})",
@@ -96,11 +103,16 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                 failures,
             });
         }
-        tracing::debug!(
-            event = crate::events::CONTROL_ERROR,
-            ?failures,
-            "join not accepted yet; retrying"
-        );
+        if !told {
+            told = true;
+            tracing::info!(
+                event = crate::events::CLUSTER_WAITING,
+                failures = %failures.join("; "),
+                "not a member yet: no node asked admitted this node ({}); asking again until {}s have passed",
+                failures.join("; "),
+                shared.options.join_timeout.as_secs()
+            );
+        }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(1));
     }
