@@ -447,12 +447,7 @@ fn come_back_as_a_new_member(c: &mut Cluster, i: usize) {
         !status.success() && stderr.contains("has run in this cluster before"),
         "{name} with an empty data dir was not refused as its old self ({status}): {stderr}"
     );
-    c.wait("the old member removed", WAIT, |c| {
-        c.admin(&["member", "remove", &name])
-            .status
-            .success()
-            .then_some(())
-    });
+    c.remove_member(&name);
     let config = c.node(i).dir().join("tenure.toml");
     if std::fs::read_to_string(&config)
         .unwrap()

@@ -88,10 +88,7 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
     assert_increasing(&counts(&cluster.merged()));
 
     // The operator's way back: remove the old member, then join as a new one.
-    cluster.wait("the old member removed", WAIT, |c| {
-        let out = c.admin(&["member", "remove", &name]);
-        out.status.success().then_some(())
-    });
+    cluster.remove_member(&name);
     cluster.switch_to_join(wiped);
     cluster.spawn(wiped);
     cluster.wait_event(wiped, "joined", 0, is("cluster.joined").f());
@@ -346,12 +343,7 @@ fn a_wiped_node_whose_old_clock_ran_ahead_rejoins_once_its_old_member_is_removed
     c.kill(2);
     c.wipe(2);
     c.node_mut(2).set_wrapper(Vec::new());
-    c.wait("the old member removed", WAIT, |c| {
-        c.admin(&["member", "remove", "n3"])
-            .status
-            .success()
-            .then_some(())
-    });
+    c.remove_member("n3");
     c.switch_to_join(2);
     c.spawn(2);
     c.wait_event(2, "n3 joined as a new member", 0, is("cluster.joined").f());
@@ -372,12 +364,7 @@ fn a_join_list_with_the_leader_at_a_stale_address_still_joins() {
     let name = c.name(w).to_string();
     c.kill(w);
     c.wipe(w);
-    c.wait("the old member removed", WAIT, |c| {
-        c.admin(&["member", "remove", &name])
-            .status
-            .success()
-            .then_some(())
-    });
+    c.remove_member(&name);
     c.switch_to_join(w);
     let stale = format!("{leader}@127.0.0.1:1");
     let through = format!("{}@{}", c.name(other), c.member(other).addr);

@@ -144,12 +144,7 @@ fn a_removed_node_that_comes_back_is_told_so_and_exits() {
     let victim = (0..3).find(|&i| cluster.name(i) != leader).unwrap();
     let name = cluster.name(victim).to_owned();
     cluster.kill(victim);
-    cluster.wait("the stopped node removed", WAIT, |c| {
-        c.admin(&["member", "remove", &name])
-            .status
-            .success()
-            .then_some(())
-    });
+    cluster.remove_member(&name);
     cluster.spawn(victim);
     let (status, stderr) = cluster.wait_refused(victim);
     assert!(!status.success(), "{name} exited 0: {stderr}");

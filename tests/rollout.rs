@@ -314,30 +314,20 @@ fn a_new_version_rolled_out_across_three_nodes() {
                 three(&load),
                 three(&load_after),
             );
-            println!(
-                "  rollout, last drop -> last 2.0.0 plugin.started: {}",
-                pick(|r| r.rollout)
-            );
-            println!(
-                "  drop -> plugin.compiling, last node: {}",
-                pick(|r| r.compile_began)
-            );
-            println!(
-                "  drop -> plugin.loaded, median node: {}",
-                pick(|r| r.compile_median)
-            );
-            println!(
-                "  drop -> plugin.loaded, slowest node: {}",
-                pick(|r| r.compile_slowest)
-            );
-            println!(
-                "  compile CPU, three nodes together: {}",
-                pick(|r| r.compile_cpu)
-            );
-            println!(
-                "  last plugin.loaded -> last plugin.started: {}",
-                pick(|r| r.handovers)
-            );
+            type Figure = fn(&Rollout) -> f64;
+            let figures: [(&str, Figure); 6] = [
+                ("rollout, last drop -> last 2.0.0 plugin.started", |r| {
+                    r.rollout
+                }),
+                ("drop -> plugin.compiling, last node", |r| r.compile_began),
+                ("drop -> plugin.loaded, median node", |r| r.compile_median),
+                ("drop -> plugin.loaded, slowest node", |r| r.compile_slowest),
+                ("compile CPU, three nodes together", |r| r.compile_cpu),
+                ("last plugin.loaded -> last plugin.started", |r| r.handovers),
+            ];
+            for (what, figure) in figures {
+                println!("  {what}: {}", pick(figure));
+            }
             println!(
                 "  slots on 2.0.0 before the last node loaded it: {:?}",
                 runs.iter().map(|r| r.early).collect::<Vec<_>>()

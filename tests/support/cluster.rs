@@ -625,6 +625,18 @@ impl Cluster {
 
     // ---- Admin CLI ------------------------------------------------------------------------
 
+    /// Removes member `name` with `tenure member remove` as the operator, asking again
+    /// until it succeeds: it is refused while the member's session lives (a TTL after
+    /// the node stopped) or while no leader is known.
+    pub fn remove_member(&self, name: &str) {
+        self.wait(&format!("{name} removed as a member"), WAIT, |c| {
+            c.admin(&["member", "remove", name])
+                .status
+                .success()
+                .then_some(())
+        });
+    }
+
     /// Runs `tenure ARGS` as the operator against the first running node.
     pub fn admin(&self, args: &[&str]) -> Output {
         let at = *self.alive_nodes().first().expect("a running node");

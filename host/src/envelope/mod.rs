@@ -179,7 +179,7 @@ pub(crate) fn reencode_sealed(bytes: &[u8]) -> Result<Vec<u8>, Rejection> {
 #[cfg(test)]
 mod tests;
 
-pub use clock_log::{ClockLog, OFF_BY};
+pub use clock_log::ClockLog;
 pub use gate::Gate;
 pub use reject_log::{DEFAULT_LINES_PER_SECOND, Logged, RejectLog};
 pub use rejection::{Reason, Rejection};
