@@ -51,7 +51,7 @@ impl Flood {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        tls.alpn_protocols = vec![b"tenure/5".to_vec()];
+        tls.alpn_protocols = tenure::version::alpn_labels();
         let crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
         let client = quinn_proto::ClientConfig::new(Arc::new(crypto));
         let server_name = server_name.to_owned();

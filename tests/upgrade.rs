@@ -151,7 +151,10 @@ fn the_cluster_of_262d90b_runs_on_this_build_with_everything_kept() {
     for (k, node) in nodes.iter().enumerate() {
         let migrated = node.wait_for(
             "the store migrated from format 1",
-            is("store.migrated").with("from", 1).with("to", 4).f(),
+            is("store.migrated")
+                .with("from", 1)
+                .with("to", tenure::raft::STORE_FORMAT)
+                .f(),
             WAIT,
         );
         let backup = PathBuf::from(migrated["backup"].as_str().unwrap());
@@ -263,7 +266,7 @@ fn a_data_dir_of_a_newer_format_is_refused_naming_both_and_left_as_it_was() {
     for part in [
         "format 99",
         "tenure 9.9.9",
-        "formats 1 to 4",
+        &format!("formats 1 to {}", tenure::raft::STORE_FORMAT),
         "nothing was changed",
     ] {
         assert!(stderr.contains(part), "{part:?} not in: {stderr}");
@@ -278,10 +281,160 @@ fn version_names_the_formats_and_protocols() {
     let text = String::from_utf8(out.stdout).unwrap();
     for part in [
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
-        "store format 4 (reads formats 1 to 4)",
-        "node protocol tenure/5",
-        "operator protocol tenure-operator/7",
+        "store format 5 (reads formats 1 to 5)",
+        "node protocol tenure/6 (speaks tenure/6)",
+        "operator protocol tenure-operator/8",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");
     }
+}
+
+/// The highest count the counter logged on any of the first three nodes.
+fn highest_count(c: &support::Cluster) -> u64 {
+    (0..3)
+        .flat_map(|i| support::counts(&c.events_of(i)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The cluster's version as node `at` reports it (`tenure status --json`).
+fn cluster_version(c: &support::Cluster, at: usize) -> u64 {
+    c.status_via(at)["version"]
+        .as_u64()
+        .expect("status has a version")
+}
+
+/// The version gate (issue 25, item 3) on real processes, until a tagged release gives a
+/// real older build: a cluster of this build is replaced one node at a time by processes
+/// acting as the next build (`TENURE_UNSAFE_NEXT_PROTOCOL`: they speak tenure/7 and know
+/// its probe command). The probe must not be applied anywhere before the last node is
+/// replaced, and is applied on every replica after it; the cluster's version follows
+/// (6, then 7). Then the downgrades: a node put back on this build refuses to start with
+/// both versions named and its data dir untouched, and a fresh node of this build is
+/// refused at join. The counter runs throughout and keeps its count.
+#[test]
+fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
+    const NEXT: &str = tenure::version::UNSAFE_NEXT_PROTOCOL;
+    let mut c = support::Cluster::builder(3).build();
+    let counter = support::plugins().counter_bytes();
+    c.install_plugin_everywhere(
+        "counter",
+        &support::manifest("counter", 1, "1.0.0"),
+        &counter,
+    );
+    c.start();
+    await_that("the cluster's version to be 6", WAIT, || {
+        cluster_version(&c, 0) == 6
+    });
+    await_that("the counter to count to 3", WAIT, || highest_count(&c) >= 3);
+
+    // n1 and n2 first: the next build waits, and nothing of tenure/7 is applied.
+    for i in [0, 1] {
+        assert!(c.stop(i).success());
+        c.node_mut(i).set_env(NEXT, "1");
+        c.spawn(i);
+        c.wait_event(i, "the probe waiting for version 7", 0, |e| {
+            is("version.probe").with("phase", "waiting").matches(e)
+        });
+        // One node at a time, each back with a session before the next (README).
+        c.wait_event(i, "a session of the new run", 0, is("session.opened").f());
+    }
+    // The leader's decision: a next-build leader says it waits for n3; a leader on this
+    // build (n3) has nothing newer to raise to.
+    await_that("the leader to keep version 6 because of n3", WAIT, || {
+        let (leader, _) = c.settled_leader().unwrap_or_default();
+        leader == "n3"
+            || (0..2).any(|i| {
+                c.node(i).count(|e| {
+                    is("cluster.version_waiting")
+                        .with("member", "n3")
+                        .matches(e)
+                }) > 0
+            })
+    });
+    assert_eq!(cluster_version(&c, 0), 6, "raised while n3 speaks tenure/6");
+    for e in c.merged() {
+        if is("cluster.version_waiting").matches(&e) {
+            eprintln!("[upgrade] {}: {}", e["_node"], support::message(&e));
+        }
+    }
+    let n3_replaced_at = support::system_time_us(std::time::SystemTime::now());
+
+    // The last one: every member speaks 7, so the leader raises, and each next-build
+    // process has its probe applied.
+    assert!(c.stop(2).success());
+    c.node_mut(2).set_env(NEXT, "1");
+    c.spawn(2);
+    for i in 0..3 {
+        c.wait_event(i, "the probe applied", 0, |e| {
+            is("version.probe").with("phase", "applied").matches(e)
+        });
+        c.wait_event(i, "version 7 applied", 0, |e| {
+            is("cluster.version").with("version", 7).matches(e)
+        });
+    }
+    assert_eq!(cluster_version(&c, 0), 7);
+    for e in c.merged() {
+        if is("cluster.version_raised").matches(&e) {
+            eprintln!(
+                "[upgrade] {}: {} ({} ms after n3 was stopped)",
+                e["_node"],
+                support::message(&e),
+                (support::timestamp_us(&e) - n3_replaced_at) / 1000
+            );
+        }
+    }
+    for i in 0..3 {
+        for e in c.events_of(i) {
+            if is("version.probe").with("phase", "applied").matches(&e)
+                || is("cluster.version").with("version", 7).matches(&e)
+            {
+                assert!(
+                    support::timestamp_us(&e) > n3_replaced_at,
+                    "tenure/7 was used before the last member spoke it: {e}"
+                );
+            }
+        }
+    }
+
+    // A downgrade after the raise: n2 back on this build refuses to start, naming both
+    // versions, and changes nothing on disk.
+    assert!(c.stop(1).success());
+    c.node_mut(1).remove_env(NEXT);
+    let before = snapshot(c.node(1).dir());
+    c.spawn(1);
+    let (status, stderr) = c.wait_refused(1);
+    assert!(
+        !status.success(),
+        "n2 started on a build that does not speak 7"
+    );
+    assert!(
+        stderr.contains("runs at version 7") && stderr.contains("speaks tenure/6"),
+        "{stderr}"
+    );
+    assert!(snapshot(c.node(1).dir()) == before, "the data dir changed");
+    c.node_mut(1).set_env(NEXT, "1");
+    c.spawn(1);
+
+    // A fresh node of this build is refused at join, with both versions named.
+    let joiner = c.add_joiner();
+    c.spawn(joiner);
+    c.wait_event(joiner, "the join refused for its version", 0, |e| {
+        let text = e.to_string();
+        text.contains("runs at version 7") && text.contains("tenure/6 at most")
+    });
+    c.kill(joiner);
+
+    // The counter kept its count through every replacement: it saves before it logs, so
+    // the counts of every owner in turn, in time order, only ever go up.
+    let before = highest_count(&c);
+    await_that("the counter to count past its count so far", WAIT, || {
+        highest_count(&c) > before
+    });
+    c.stop_all();
+    let counts = support::counts(&c.merged());
+    assert!(
+        counts.windows(2).all(|w| w[1] > w[0]),
+        "the count went backwards or repeated: {counts:?}"
+    );
 }

@@ -100,6 +100,17 @@ pub const CLUSTER_LEADER: &str = "cluster.leader";
 /// The leader committed the cluster's id (`cluster`): a new cluster's first leader, or
 /// the first after an upgrade from a store without one (`cluster/identity.rs`).
 pub const CLUSTER_IDENTIFIED: &str = "cluster.identified";
+/// This replica applied a raise of the cluster's version (`version`): commands and rules of
+/// that node protocol may be used from then on (`crate::version`).
+pub const CLUSTER_VERSION: &str = "cluster.version";
+/// The leader raised the cluster's version (`from`, `to`): every member speaks it.
+pub const CLUSTER_VERSION_RAISED: &str = "cluster.version_raised";
+/// The leader keeps the cluster's version (`version`) because a member (`member`) speaks
+/// less or has no live connection; said once per reason.
+pub const CLUSTER_VERSION_WAITING: &str = "cluster.version_waiting";
+/// A process acting as the next build (`crate::version::UNSAFE_NEXT_PROTOCOL`) waits
+/// for the cluster's version to allow its probe (`waiting`), or had it applied (`applied`).
+pub const VERSION_PROBE: &str = "version.probe";
 /// A restarted voter turned its elections on (`heard`: whether a leader reached it first,
 /// or the hold ran out).
 pub const CLUSTER_REJOINED: &str = "cluster.rejoined";

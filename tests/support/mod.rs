@@ -673,6 +673,11 @@ impl Node {
         self.env.push((key.into(), value.into()));
     }
 
+    /// Runs the node without `key` in its environment from now on.
+    pub fn remove_env(&mut self, key: &str) {
+        self.env.retain(|(k, _)| k != key);
+    }
+
     /// A command for the `tenure` binary, under the wrapper if there is one.
     pub fn command(&self) -> Command {
         match self.wrapper.split_first() {

@@ -179,6 +179,7 @@ pub fn page(full: &Status, query: &StatusQuery) -> (Status, Option<String>) {
         history_len: full.history_len,
         diverged: if first { full.diverged.clone() } else { vec![] },
         cluster: full.cluster,
+        version: full.version,
         node: full.node.clone(),
         at_ms: full.at_ms,
         leader: full.leader.clone(),

@@ -74,6 +74,9 @@ pub struct Status {
     /// The cluster's id (`cluster/identity.rs`); `null` until its first leader commits
     /// one.
     pub cluster: Option<crate::cluster::ClusterId>,
+    /// The cluster's version: the newest node protocol every member speaks (`tenure/N`),
+    /// never lowered; 0 until its first leader raises it (`crate::version`).
+    pub version: u32,
     /// Every member and every Raft voter or learner, by name.
     pub nodes: Vec<NodeView>,
     /// Every resource that a live node has a plugin for or that has a granted slot, by
@@ -346,6 +349,7 @@ impl Status {
             leader: raft.leader,
             term: raft.term,
             cluster: cluster.id,
+            version: cluster.version,
         }
     }
 
@@ -431,9 +435,11 @@ impl Status {
         };
         // A cluster gets its id from its first leader: only a new one (or one just
         // upgraded) has none.
-        let id = self
-            .cluster
-            .map_or(String::new(), |id| format!("cluster {id}: "));
+        let id = match (self.cluster, self.version) {
+            (None, _) => String::new(),
+            (Some(id), 0) => format!("cluster {id}: "),
+            (Some(id), version) => format!("cluster {id} at version {version}: "),
+        };
         let _ = writeln!(out, "{id}{leader}; answered by {node}");
         for d in &self.diverged {
             let _ = writeln!(

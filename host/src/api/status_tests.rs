@@ -205,6 +205,15 @@ fn the_cluster_id_leads_the_text_and_is_hex_in_json() {
     );
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["cluster"], "c1".repeat(16));
+    // Once raised, the cluster's version follows the id.
+    s.version = 7;
+    assert!(
+        s.render()
+            .starts_with(&format!("cluster {id} at version 7: leader a")),
+        "{}",
+        s.render()
+    );
+    assert_eq!(serde_json::to_value(&s).unwrap()["version"], 7);
 }
 
 #[test]

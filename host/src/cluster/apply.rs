@@ -310,6 +310,23 @@ impl Cluster {
                 });
                 Response::Done
             }
+            Command::RaiseVersion { to } => {
+                // Never lowered: a member may already rely on what the higher version
+                // allows.
+                self.version = self.version.max(to);
+                Response::Done
+            }
+            Command::Probe { node } => {
+                if self.version >= crate::version::PROBE_VERSION {
+                    Response::Done
+                } else {
+                    Response::Refused(format!(
+                        "{node}'s probe needs cluster version {}; the cluster runs at {}",
+                        crate::version::PROBE_VERSION,
+                        self.version
+                    ))
+                }
+            }
             Command::Identify { cluster } => match self.id {
                 None => {
                     self.id = Some(cluster);
@@ -918,5 +935,41 @@ mod tests {
             "{forwarded:?}"
         );
         assert_eq!(log.cluster.id, Some(first));
+    }
+
+    #[test]
+    fn the_cluster_version_only_rises_and_the_probe_needs_it() {
+        let mut log = Log::new();
+        let probe = || Command::Probe { node: "a".into() };
+        let early = log.apply(probe());
+        assert!(
+            matches!(&early, Response::Refused(why) if why.contains("needs cluster version 7")),
+            "{early:?}"
+        );
+        assert_eq!(log.apply(Command::RaiseVersion { to: 7 }), Response::Done);
+        assert_eq!(log.cluster.version, 7);
+        // Never lowered: a leader of an older build cannot take it back.
+        assert_eq!(log.apply(Command::RaiseVersion { to: 6 }), Response::Done);
+        assert_eq!(log.cluster.version, 7);
+        assert_eq!(log.apply(probe()), Response::Done);
+        // A member may not raise it, and probes only for itself.
+        for command in [
+            Command::RaiseVersion { to: 9 },
+            Command::Probe { node: "b".into() },
+        ] {
+            let forwarded = log.cluster.apply_proposal(
+                99,
+                1,
+                Proposal::OneFrom {
+                    by: "a".into(),
+                    command,
+                },
+            );
+            assert!(
+                matches!(forwarded, Outcome::One(Response::Forbidden(_))),
+                "{forwarded:?}"
+            );
+        }
+        assert_eq!(log.cluster.version, 7);
     }
 }

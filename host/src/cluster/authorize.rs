@@ -27,6 +27,8 @@
 //! | `BeginHandover` for any other reason | never: placement (leader) or an operator | forbidden |
 //! | `SetDraining`, `Revoke`, `Remove` | never: operators only | forbidden |
 //! | `Identify` | never: the leader chooses the cluster id | forbidden |
+//! | `RaiseVersion` | never: the leader raises it once every member speaks it | forbidden |
+//! | `Probe` (the version gate's test command) | it names the member itself | forbidden |
 //!
 //! The leader's own proposals ([`Proposal::One`]/[`Proposal::Batch`]) are not checked:
 //! they come from its own code (its placement, its expiry decisions, its node's own
@@ -117,6 +119,10 @@ pub fn authorize(cluster: &Cluster, by: &str, command: &Command) -> Result<(), S
         Command::Identify { .. } => Err(format!(
             "{by} may not set the cluster's id: its first leader does"
         )),
+        Command::RaiseVersion { .. } => Err(format!(
+            "{by} may not raise the cluster's version: its leader does, once every member speaks it"
+        )),
+        Command::Probe { node } => itself(node, "a probe"),
     }
 }
 

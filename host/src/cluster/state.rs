@@ -44,6 +44,13 @@ pub struct Cluster {
     /// (`raft/format.rs` migrates by appending an empty map).
     #[serde(default)]
     pub session_processes: BTreeMap<String, SessionProcess>,
+    /// The cluster's version: the newest node protocol every member speaks, raised by the
+    /// leader ([`Command::RaiseVersion`]) and never lowered (`crate::version`). 0 until
+    /// its first raise; every member speaks [`crate::version::WIRE_OLDEST`] or newer
+    /// then anyway. Last, so that a format-4 snapshot image is this one without it
+    /// (`raft/format.rs` migrates by appending a 0).
+    #[serde(default)]
+    pub version: u32,
 }
 
 /// Which process opened a member's session, and whether a newer run of its store has
@@ -368,6 +375,14 @@ pub enum Command {
         process: super::Process,
         ended: Option<u64>,
     },
+    /// Raises the cluster's version to `to` (a no-op if it is there already or above):
+    /// proposed by the leader once every member speaks it (`raft/cluster_version.rs`).
+    RaiseVersion { to: u32 },
+    /// The version gate's test command: applied only once the cluster's version is
+    /// [`crate::version::PROBE_VERSION`] or above, refused before. Only a process acting
+    /// as the next build (`crate::version::UNSAFE_NEXT_PROTOCOL`) proposes it, and only
+    /// once the cluster's version allows it (`node/next_protocol.rs`).
+    Probe { node: String },
 }
 
 /// The answer to a command, once applied.

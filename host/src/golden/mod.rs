@@ -241,8 +241,8 @@ fn the_admin_api_s_encodings_are_those_of_its_version() {
 #[test]
 fn the_versions_match_the_protocol_names() {
     assert_eq!(
-        crate::transport::ALPN,
-        format!("tenure/{WIRE_VERSION}").as_bytes()
+        crate::version::alpn_labels()[0],
+        format!("tenure/{WIRE_VERSION}").into_bytes()
     );
     assert_eq!(
         crate::rpc::OPERATOR_PREFIX,

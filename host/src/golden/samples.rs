@@ -190,6 +190,10 @@ pub(crate) fn commands() -> Vec<Command> {
             },
             ended: Some(3),
         },
+        // 22
+        Command::RaiseVersion { to: 7 },
+        // 23: applied (the version is 7 now), so its answer is `done`.
+        Command::Probe { node: "n1".into() },
     ]
 }
 
@@ -519,6 +523,8 @@ fn command_kind(command: &Command) -> &'static str {
         Command::Remove { .. } => "remove",
         Command::Identify { .. } => "identify",
         Command::OpenSessionOf { .. } => "open-session-of",
+        Command::RaiseVersion { .. } => "raise-version",
+        Command::Probe { .. } => "probe",
     }
 }
 
@@ -571,7 +577,7 @@ fn every_kind_has_a_sample() {
     let commands: BTreeSet<_> = commands().iter().map(command_kind).collect();
     assert_eq!(
         commands.len(),
-        16,
+        18,
         "command kinds with a sample: {commands:?}"
     );
     let responses: BTreeSet<_> = responses().iter().map(response_kind).collect();

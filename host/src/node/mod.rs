@@ -20,10 +20,12 @@
 mod admin;
 mod adverts;
 mod backup;
+mod cluster_version;
 mod datadir;
 mod grants;
 mod handoff;
 mod leader;
+mod next_protocol;
 mod notify;
 mod owner;
 mod plugins;
@@ -273,6 +275,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     });
     let leader = tokio::spawn(leader::lead(shared.clone(), liveness, stop.clone()));
+    let raising = tokio::spawn(cluster_version::keep_raised(shared.clone(), stop.clone()));
+    let probing = next_protocol::enabled()
+        .then(|| tokio::spawn(next_protocol::probe(shared.clone(), stop.clone())));
     let (adverts_tx, adverts_rx) = watch::channel(None);
     let advertiser = tokio::spawn(adverts::advertise_loop(shared.clone(), adverts_rx));
 
@@ -395,6 +400,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     systemd.stopping();
     watcher.abort();
     advertiser.abort();
+    raising.abort();
+    if let Some(probing) = &probing {
+        probing.abort();
+    }
     folder.abandon().await;
     let bound = folder.longest_stop() + SHUTDOWN_SLACK;
     if failure.is_some() {

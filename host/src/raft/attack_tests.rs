@@ -21,9 +21,9 @@ use crate::transport::tests::init_logs;
 type SnapshotAnswer = Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>;
 
 /// The variant tag `Command::Batch` would have today (it was 13 before issue 13, a tag
-/// `Command::Remove` has since, 14 is `Command::Identify` and 15 `Command::OpenSessionOf`):
-/// one past the last command.
-const BATCH_TAG: u8 = 16;
+/// `Command::Remove` has since, 14 is `Command::Identify`, 15 `Command::OpenSessionOf`, 16
+/// `Command::RaiseVersion` and 17 `Command::Probe`): one past the last command.
+const BATCH_TAG: u8 = 18;
 
 /// The PROPOSE payload of `depth` batches nested in one another, in the layout
 /// `Command::Batch(Vec<Command>)` had before issue 13: the variant tag of `Batch` and a

@@ -11,6 +11,7 @@
 //! | `version` | the store format, a `u32`, 4 bytes little-endian |
 //! | `writer` | the build that last opened the store for writing, UTF-8 (`tenure 0.1.0`) |
 //! | `store` | the store's id (`cluster/identity.rs`), its 16 bytes; since format 4 |
+//! | `cluster_version` | the cluster's version as this replica last applied it (`crate::version`), a `u32`, 4 bytes little-endian; written when a raise applies, since format 5 |
 //!
 //! Keys may be added later without a new format (a reader ignores keys it does not
 //! know); a value's encoding never changes.
@@ -20,8 +21,9 @@
 //! type to the format they belong to, so a change of encoding fails CI until it comes with
 //! a new format number and its migration here.
 //!
-//! **At start** ([`inspect`], then [`prepare`]): a store of a newer format is refused with
-//! both versions named, and nothing on disk is touched (the record is read through redb's
+//! **At start** ([`inspect`], then [`prepare`]): a store of a newer format, or of a cluster
+//! whose version is newer than this build speaks (a downgrade after the cluster's version
+//! was raised), is refused with both versions named, and nothing on disk is touched (the record is read through redb's
 //! read-only mode, or from a copy outside the data dir when the file needs redb's repair
 //! after a crash). A store of an older format is copied aside (`raft.redb.format-N`,
 //! fsynced) before anything is written, then migrated once, in the same write transaction
@@ -46,7 +48,7 @@ use redb::{
 use super::db::FILE;
 
 /// The store format this build writes.
-pub const STORE_FORMAT: u32 = 4;
+pub const STORE_FORMAT: u32 = 5;
 
 /// Every store format this build reads, oldest first, with what it is.
 pub const FORMATS: &[(u32, &str)] = &[
@@ -66,6 +68,10 @@ pub const FORMATS: &[(u32, &str)] = &[
         4,
         "format 3, the store id in the format record, the session processes as the snapshot image's last field, and the log entry that opens a session naming its process (`OpenSessionOf`)",
     ),
+    (
+        5,
+        "format 4, the cluster version as the snapshot image's last field, the log entries that raise it (`RaiseVersion`) and the version gate's test command (`Probe`), and the cluster version in the format record",
+    ),
 ];
 
 /// The table of the format record.
@@ -73,6 +79,7 @@ pub(crate) const TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("for
 const VERSION: &str = "version";
 const WRITER: &str = "writer";
 const STORE: &str = "store";
+const CLUSTER_VERSION: &str = "cluster_version";
 
 /// The build, as the record names it.
 pub fn writer() -> String {
@@ -89,6 +96,8 @@ pub enum Found {
         version: u32,
         /// The build that last wrote it; empty if the record has none.
         writer: String,
+        /// The cluster's version as the replica last applied it; 0 if never raised.
+        cluster_version: u32,
     },
     /// A store without a record: written before records existed, format 1.
     Unversioned,
@@ -121,6 +130,12 @@ pub enum FormatError {
     /// The record is not one any build writes (a truncated value, a format 0).
     #[error("the Raft store {} has a damaged format record: {why}; nothing was changed", path.display())]
     Damaged { path: PathBuf, why: String },
+    /// The replica's cluster runs a newer protocol version than this build speaks.
+    #[error(
+        "the Raft store {} belongs to a cluster that runs at version {cluster_version} (tenure/{cluster_version}, raised once every member spoke it, and never lowered); this build ({this}) speaks {speaks}; nothing was changed: run a build that speaks tenure/{cluster_version} on this node (README, \"Upgrading\": downgrades are not supported once the cluster's version was raised)",
+        path.display(), this = self::writer(), speaks = crate::version::describe_window(&crate::version::protocols())
+    )]
+    ClusterNewer { path: PathBuf, cluster_version: u32 },
     /// The file cannot be read at all.
     #[error("cannot read the format of the Raft store {}: {why}", path.display())]
     Unreadable { path: PathBuf, why: String },
@@ -163,7 +178,9 @@ pub fn inspect(dir: &Path) -> Result<Found, FormatError> {
 /// Refuses a format this build cannot read.
 pub fn check(found: &Found, dir: &Path) -> Result<(), FormatError> {
     match found {
-        Found::Record { version, writer } if *version > STORE_FORMAT => Err(FormatError::Newer {
+        Found::Record {
+            version, writer, ..
+        } if *version > STORE_FORMAT => Err(FormatError::Newer {
             path: dir.join(FILE),
             found: *version,
             writer: if writer.is_empty() {
@@ -176,6 +193,14 @@ pub fn check(found: &Found, dir: &Path) -> Result<(), FormatError> {
             path: dir.join(FILE),
             why: "format 0 does not exist".into(),
         }),
+        Found::Record {
+            cluster_version, ..
+        } if *cluster_version > *crate::version::protocols().end() => {
+            Err(FormatError::ClusterNewer {
+                path: dir.join(FILE),
+                cluster_version: *cluster_version,
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -221,6 +246,9 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
 /// - 3 → 4: the image gains the session processes, empty; the record gains the store
 ///   id, chosen here (a new store gets one too). Log entries need nothing:
 ///   `OpenSessionOf` is a new command kind.
+/// - 4 → 5: the image gains the cluster version, 0 (raised by the first leader of the
+///   upgraded cluster). Log entries need nothing: `RaiseVersion` and `Probe` are new
+///   command kinds. The record's `cluster_version` key is written when a raise applies.
 pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
     if let Plan::Migrate { from, .. } = plan {
         migrate_snapshot(*from, tx)
@@ -262,6 +290,21 @@ pub(crate) fn store_id(db: &impl ReadableDatabase) -> Result<crate::cluster::Sto
     Ok(crate::cluster::StoreId::from_bytes(bytes))
 }
 
+/// Records the cluster's version as this replica applied it, durably, so that a build
+/// that does not speak it refuses the data dir before it changes anything ([`check`]).
+pub(crate) fn record_cluster_version(db: &Database, version: u32) -> Result<(), String> {
+    let mut tx = db.begin_write().map_err(|e| e.to_string())?;
+    tx.set_durability(redb::Durability::Immediate)
+        .map_err(|e| e.to_string())?;
+    {
+        let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+        table
+            .insert(CLUSTER_VERSION, version.to_le_bytes().as_slice())
+            .map_err(|e| e.to_string())?;
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
+
 /// A snapshot image (`state_machine::Image`) encoded in store format `from`, in this
 /// build's format. Format 3 added the cluster id as the image's last field (the last
 /// field of its last field, `Cluster`); postcard encodes a `None` as one zero byte, and
@@ -273,6 +316,10 @@ pub(crate) fn image_from(from: u32, mut image: Vec<u8>) -> Vec<u8> {
     }
     // Format 4 added the session processes after it: an empty map is one zero byte too.
     if from < 4 {
+        image.push(0);
+    }
+    // Format 5 added the cluster version after them: a 0 is one zero byte as well.
+    if from < 5 {
         image.push(0);
     }
     image
@@ -332,7 +379,23 @@ fn read(db: &impl ReadableDatabase, path: &Path) -> Result<Found, FormatError> {
         Some(value) => String::from_utf8_lossy(value.value()).into_owned(),
         None => String::new(),
     };
-    Ok(Found::Record { version, writer })
+    let cluster_version = match table.get(CLUSTER_VERSION).map_err(|e| unreadable(&e))? {
+        Some(value) => {
+            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
+                damaged(format!(
+                    "its cluster version is {} bytes, not 4",
+                    value.value().len()
+                ))
+            })?;
+            u32::from_le_bytes(bytes)
+        }
+        None => 0,
+    };
+    Ok(Found::Record {
+        version,
+        writer,
+        cluster_version,
+    })
 }
 
 /// Copies `dir/raft.redb` to `dir/raft.redb.format-{from}`, fsynced, through a temporary

@@ -94,7 +94,8 @@ async fn the_stores_of_262d90b_are_migrated_once_and_keep_every_value() {
             format::inspect(&dir).unwrap(),
             Found::Record {
                 version: STORE_FORMAT,
-                writer: format::writer()
+                writer: format::writer(),
+                cluster_version: 0,
             }
         );
         assert_eq!(
@@ -208,6 +209,46 @@ fn a_store_of_a_newer_format_is_refused_naming_both_and_left_as_it_was() {
     assert_eq!(files(dir.path()), before, "the data dir changed");
 }
 
+/// A data dir whose replica applied a raise of the cluster's version past what this build
+/// speaks (a downgrade after the raise) is refused with both versions named, untouched.
+#[test]
+fn a_store_of_a_cluster_at_a_newer_version_is_refused_and_left_as_it_was() {
+    let dir = store_of_format(STORE_FORMAT);
+    let newer = crate::version::protocols().end() + 1;
+    {
+        let db = redb::Database::open(dir.path().join(db::FILE)).unwrap();
+        format::record_cluster_version(&db, newer).unwrap();
+    }
+    let before = files(dir.path());
+    let found = format::inspect(dir.path()).unwrap();
+    let refused = format::check(&found, dir.path()).unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        matches!(refused, FormatError::ClusterNewer { .. }),
+        "{message}"
+    );
+    for part in [
+        format!("runs at version {newer}"),
+        format!("speaks tenure/{}", crate::version::WIRE_VERSION),
+        "nothing was changed".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in: {message}");
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let opened = runtime.block_on(db::open(dir.path()));
+    assert!(
+        matches!(
+            opened,
+            Err(super::ControlError::Format(
+                FormatError::ClusterNewer { .. }
+            ))
+        ),
+        "{:?}",
+        opened.err()
+    );
+    assert_eq!(files(dir.path()), before, "the data dir changed");
+}
+
 #[test]
 fn a_record_without_a_valid_version_is_damaged() {
     let dir = store_of_format(0);
@@ -242,7 +283,8 @@ fn a_new_store_is_made_in_the_current_format() {
         format::inspect(dir.path()).unwrap(),
         Found::Record {
             version: STORE_FORMAT,
-            writer: format::writer()
+            writer: format::writer(),
+            cluster_version: 0,
         }
     );
     assert!(!dir.path().join("raft.redb.format-1").exists());
@@ -283,4 +325,13 @@ fn a_format_3_snapshot_image_reads_after_its_migration() {
     let expected = crate::golden::samples::cluster_after(20);
     assert!(expected.id.is_some() && expected.session_processes.is_empty());
     assert_eq!(migrated_fixture(3).cluster, expected);
+}
+
+/// Format 4's image reads as the same state, with cluster version 0 (format 5).
+#[test]
+fn a_format_4_snapshot_image_reads_after_its_migration() {
+    // Format 4's samples were the first 21 commands (`RaiseVersion` came with format 5).
+    let expected = crate::golden::samples::cluster_after(21);
+    assert!(!expected.session_processes.is_empty() && expected.version == 0);
+    assert_eq!(migrated_fixture(4).cluster, expected);
 }

@@ -187,10 +187,37 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
 
 /// Node `name` at `addr`'s answer to [`STORE_INFO`]; `None` if it gave none in time.
 pub(crate) async fn ask(attached: &Attached, name: &str, addr: &str) -> Option<StoreInfo> {
-    let sock = super::network::resolve(addr).await.ok()?;
+    asked(attached, name, addr).await.ok()
+}
+
+/// Why a node gave no answer to [`STORE_INFO`].
+enum NoAnswer {
+    /// Unreachable, slow, or not understood: it may answer later.
+    Silent,
+    /// It refused this node (its answer was an error, or it refused the connection): it
+    /// will go on refusing until an operator acts, so this is said.
+    Refused(String),
+}
+
+/// As [`ask`], with why no answer came.
+async fn asked(attached: &Attached, name: &str, addr: &str) -> Result<StoreInfo, NoAnswer> {
+    let sock = super::network::resolve(addr)
+        .await
+        .map_err(|_| NoAnswer::Silent)?;
     let call = attached.rpc.call(name, sock, STORE_INFO, Vec::new());
-    let bytes = tokio::time::timeout(ASK_TIMEOUT, call).await.ok()?.ok()?;
-    crate::rpc::decode::<StoreInfo>(&bytes).ok()
+    let bytes = match tokio::time::timeout(ASK_TIMEOUT, call).await {
+        Err(_) => return Err(NoAnswer::Silent),
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(
+            e @ (crate::rpc::RpcError::Remote { .. }
+            | crate::rpc::RpcError::Transport(
+                crate::transport::TransportError::RejectedByPeer { .. }
+                | crate::transport::TransportError::PeerRejected { .. },
+            )),
+        )) => return Err(NoAnswer::Refused(e.to_string())),
+        Ok(Err(_)) => return Err(NoAnswer::Silent),
+    };
+    crate::rpc::decode::<StoreInfo>(&bytes).map_err(|_| NoAnswer::Silent)
 }
 
 /// Asks `nodes` (name, address; this node left out) until the answers allow going on;
@@ -212,11 +239,30 @@ pub(crate) async fn decide(
         .cloned()
         .collect();
     let mut waiting_told = false;
+    // Refusals said so far (a peer's answer that it will not talk to this node, such as
+    // an older build than the cluster's version): each once, or the node would wait in
+    // silence for ever.
+    let mut refusals_told = std::collections::BTreeSet::new();
     let formed;
     loop {
         let mut answers = Vec::with_capacity(others.len());
         for (name, addr) in &others {
-            answers.push((name.clone(), ask(&attached, name, addr).await));
+            let answer = match asked(&attached, name, addr).await {
+                Ok(answer) => Some(answer),
+                Err(NoAnswer::Refused(why)) => {
+                    if refusals_told.insert(why.clone()) {
+                        tracing::warn!(
+                            event = crate::events::CLUSTER_WAITING,
+                            peer = %name,
+                            error = %why,
+                            "{name} refuses this node: {why}"
+                        );
+                    }
+                    None
+                }
+                Err(NoAnswer::Silent) => None,
+            };
+            answers.push((name.clone(), answer));
         }
         match verdict(&shared.name, joining, &answers) {
             Verdict::Go => {

@@ -6,7 +6,9 @@
 //!   or one only the leader or an operator may make);
 //! - [`Refusal::NotAMember`]: a Raft vote, append or snapshot from a node that is not a
 //!   member this node knows of;
-//! - [`Refusal::JoinForAnother`]: a join naming a node other than the sender.
+//! - [`Refusal::JoinForAnother`]: a join naming a node other than the sender;
+//! - [`Refusal::OlderVersion`]: any message from a node whose connection speaks less than
+//!   the cluster's version (an older build, `crate::version`).
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
 //! at most [`LOG_LIMIT`] lines a minute: a hostile member could otherwise fill the disk.
@@ -26,13 +28,15 @@ pub enum Refusal {
     Forbidden,
     NotAMember,
     JoinForAnother,
+    OlderVersion,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 3] = [
+    pub const ALL: [Refusal; 4] = [
         Refusal::Forbidden,
         Refusal::NotAMember,
         Refusal::JoinForAnother,
+        Refusal::OlderVersion,
     ];
 
     /// The metric label and the log's `reason`.
@@ -41,13 +45,14 @@ impl Refusal {
             Refusal::Forbidden => "forbidden",
             Refusal::NotAMember => "not-a-member",
             Refusal::JoinForAnother => "join-for-another",
+            Refusal::OlderVersion => "older-version",
         }
     }
 }
 
 /// The counters and the log's rate limit.
 pub(crate) struct Refusals {
-    counts: [AtomicU64; 3],
+    counts: [AtomicU64; 4],
     log: Mutex<RateLimiter>,
 }
 

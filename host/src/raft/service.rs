@@ -13,7 +13,10 @@
 //! - a proposal must come from a member of the group; it is committed marked with the
 //!   sender's name and applied with that member's rights only (`cluster/authorize.rs`);
 //!   a proposal over the size bound of local ones is refused before it is decoded;
-//! - a join must name the node that sends it.
+//! - a join must name the node that sends it;
+//! - any message (control plane or the node's own kinds) must come over a connection that
+//!   speaks the cluster's version: an older build is refused, join included
+//!   (`crate::version`).
 //!
 //! Refusals of members' messages are counted and logged at a bounded rate
 //! (`refusals.rs`).
@@ -65,6 +68,12 @@ impl Service for RaftService {
         kind: u16,
         payload: Vec<u8>,
     ) -> BoxFuture<Result<Vec<u8>, String>> {
+        if let Err(error) = self.shared.check_version(from) {
+            self.shared
+                .refusals
+                .record(Refusal::OlderVersion, &from.identity.name, &error);
+            return Box::pin(std::future::ready(Err(error)));
+        }
         if !kinds::is_control(kind) {
             return self.fallback.call(from, kind, payload);
         }
@@ -75,6 +84,25 @@ impl Service for RaftService {
 }
 
 impl Shared {
+    /// Refuses every message of a node whose connection speaks less than the cluster's
+    /// version: it may not understand what the cluster commits (`crate::version`). This
+    /// covers a join too, so a node of an older build never becomes a member.
+    fn check_version(&self, from: &PeerInfo) -> Result<(), String> {
+        let cluster = self
+            .cluster
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .version;
+        // Operators' requests carry a version of their own (`rpc/operator.rs`).
+        if from.version >= cluster || from.identity.kind != crate::pki::Kind::Node {
+            return Ok(());
+        }
+        Err(format!(
+            "this cluster runs at version {cluster} (raised once every member spoke tenure/{cluster}, and never lowered); {} speaks tenure/{} at most: run a build that speaks tenure/{cluster} on it (README, \"Upgrading\")",
+            from.identity, from.version
+        ))
+    }
+
     /// Answers one control plane message of `kind` from node `from`.
     async fn answer(
         self: &Arc<Self>,

@@ -133,6 +133,32 @@ impl StateMachine {
         self.applied_index.subscribe()
     }
 
+    /// The cluster's version rose to `version` in the entries just applied: recorded in
+    /// the format record, so that a build that does not speak it refuses this data dir at
+    /// start (`format.rs`). A process that does not speak it itself (it was replaced by
+    /// an older build after the raise was committed, before it applied it) stops here
+    /// with a fatal storage error, before it applies anything it may not understand.
+    async fn version_raised(&self, version: u32) -> Result<(), StorageError> {
+        let db = self.db.clone();
+        db::blocking(move || {
+            super::format::record_cluster_version(&db, version).map_err(db::write)
+        })
+        .await?;
+        let speaks = crate::version::protocols();
+        if version > *speaks.end() {
+            return Err(db::read(format!(
+                "the cluster raised its version to {version} (tenure/{version}); this build speaks {}: run a build that speaks tenure/{version} on this node (README, \"Upgrading\")",
+                crate::version::describe_window(&speaks)
+            )));
+        }
+        tracing::info!(
+            event = crate::events::CLUSTER_VERSION,
+            version,
+            "the cluster's version is {version} (tenure/{version}) from this entry on"
+        );
+        Ok(())
+    }
+
     fn publish(&self) {
         if self.cluster_id.get().is_none()
             && let Some(id) = self
@@ -201,8 +227,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut responses = Vec::new();
         // The states to hash (`checksums.rs`): encoded under the lock, hashed after it.
         let mut to_hash = Vec::new();
+        let raised;
         {
             let mut cluster = self.cluster.write().unwrap_or_else(PoisonError::into_inner);
+            let version_before = cluster.version;
             for entry in entries {
                 let log_id = entry.log_id;
                 let response = match entry.payload {
@@ -226,6 +254,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 self.applied = Some(log_id);
                 responses.push(response);
             }
+            raised = (cluster.version > version_before).then_some(cluster.version);
+        }
+        if let Some(version) = raised {
+            self.version_raised(version).await?;
         }
         self.publish();
         if !to_hash.is_empty() {
@@ -291,6 +323,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         "cluster {id}"
                     ))
             )));
+        }
+        let version_before = self
+            .cluster
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .version;
+        if image.cluster.version > version_before {
+            self.version_raised(image.cluster.version).await?;
         }
         save(
             self.db.clone(),

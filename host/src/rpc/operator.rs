@@ -27,7 +27,7 @@ use crate::transport::PeerInfo;
 
 /// The first bytes of every operator request body (protocol version
 /// [`crate::version::ADMIN_VERSION`]; the golden tests check that the two agree).
-pub const OPERATOR_PREFIX: &[u8] = b"\0tenure-operator/7\0";
+pub const OPERATOR_PREFIX: &[u8] = b"\0tenure-operator/8\0";
 
 /// What every version's prefix starts with: a request of another version is answered
 /// with both versions named rather than as a malformed envelope.

@@ -1,7 +1,7 @@
 //! The transport: requests between nodes over QUIC with mutual TLS. The only module that
 //! touches quinn and rustls.
 //!
-//! **Protocol** (ALPN `tenure/5`, TLS 1.3 only, ring provider). Every node is a QUIC server
+//! **Protocol** (ALPN `tenure/N`, versioned in `crate::version`, TLS 1.3 only, ring provider). Every node is a QUIC server
 //! and a client on one UDP socket. Both sides authenticate with certificates from the
 //! cluster CA bundle (DESIGN.md §4): the dialer checks that the server's certificate is
 //! valid for the node name it dialed (`DNS:` SAN) and that its `tenure://node/NAME` URI SAN
@@ -95,7 +95,6 @@ pub use registry::{Direction, SeenKey};
 pub use reset::ResetKey;
 pub use resolver::Local;
 pub use stats::TransportStats;
-pub use wire::ALPN;
 
 use crate::pki::Identity;
 use dial::Peers;

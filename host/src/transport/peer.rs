@@ -17,7 +17,6 @@ use quinn::Connection;
 use quinn::crypto::rustls::HandshakeData;
 use rustls_pki_types::CertificateDer;
 
-use super::wire::ALPN;
 use crate::pki::{self, Identity};
 
 /// The authenticated peer of a request.
@@ -34,6 +33,9 @@ pub struct PeerInfo {
     pub key: String,
     /// The peer's UDP address as we see it.
     pub remote: SocketAddr,
+    /// The node protocol version the handshake negotiated (`crate::version`): the
+    /// highest both sides speak.
+    pub version: u32,
 }
 
 /// A verified connection's peer chain and identity, or why it is unacceptable.
@@ -44,12 +46,13 @@ pub(crate) fn authenticate(
         .handshake_data()
         .and_then(|data| data.downcast::<HandshakeData>().ok())
         .and_then(|data| data.protocol);
-    if alpn.as_deref() != Some(ALPN) {
+    let Some(version) = alpn.as_deref().and_then(crate::version::parse_label) else {
         return Err(format!(
-            "the peer did not negotiate ALPN {:?}",
-            String::from_utf8_lossy(ALPN)
+            "the peer negotiated no Tenure protocol (ALPN {:?})",
+            alpn.as_deref().map(String::from_utf8_lossy)
         ));
-    }
+    };
+    crate::version::check_negotiated(version)?;
     let chain = conn
         .peer_identity()
         .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
@@ -65,6 +68,7 @@ pub(crate) fn authenticate(
         key: pki::key_fingerprint(&leaf).map_err(|e| e.to_string())?,
         cert: leaf,
         remote: conn.remote_address(),
+        version,
     };
     Ok((chain, info))
 }

@@ -25,6 +25,7 @@ use crate::pki::{self, Algo, IfExists, Kind, Subject};
 use crate::runtime::BoxFuture;
 
 mod budgets;
+mod versions;
 
 /// Generous bound for anything polled.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
@@ -593,7 +594,7 @@ async fn a_client_without_a_certificate_is_refused() {
         .unwrap()
         .with_webpki_verifier(trust.servers.clone())
         .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = crate::version::alpn_labels();
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls)).unwrap();
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     // TLS 1.3: the client believes the handshake done; the refusal arrives on the stream.

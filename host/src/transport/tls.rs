@@ -3,7 +3,7 @@
 //! Fixed choices, for every configuration this builds:
 //! - the ring provider, passed to every builder (no process-wide default is installed,
 //!   so nothing else in the process can change what we negotiate);
-//! - TLS 1.3 only (QUIC requires it anyway), ALPN `tenure/5` only;
+//! - TLS 1.3 only (QUIC requires it anyway), ALPN `tenure/1` to the newest version this build speaks, the negotiated one checked against its window (`crate::version`);
 //! - mutual authentication: the server requires a client certificate verified against
 //!   the bundle, the client verifies the server against the bundle and the name dialed;
 //! - no session resumption and no 0-RTT, on either side: a resumed session skips
@@ -28,7 +28,6 @@ use rustls::server::NoServerSessionStorage;
 use super::frame::HEADER_LEN;
 use super::resolver::OwnCert;
 use super::trust::Trust;
-use super::wire::ALPN;
 use super::{TransportConfig, TransportError};
 
 /// The verifiers and client configuration of one CA bundle.
@@ -195,7 +194,7 @@ fn server_config(
         .map_err(tls_error)?
         .with_client_cert_verifier(trust.clients.clone())
         .with_cert_resolver(own.clone());
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = crate::version::alpn_labels();
     tls.session_storage = Arc::new(NoServerSessionStorage {});
     tls.send_tls13_tickets = 0;
     tls.max_early_data_size = 0;
@@ -216,7 +215,7 @@ fn client_config(
         .map_err(tls_error)?
         .with_webpki_verifier(trust.servers.clone())
         .with_client_cert_resolver(own.clone());
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = crate::version::alpn_labels();
     tls.resumption = Resumption::disabled();
     tls.enable_early_data = false;
     let crypto = QuicClientConfig::try_from(Arc::new(tls)).map_err(tls_error)?;
@@ -233,4 +232,37 @@ pub(crate) fn raw_client_config(
 ) -> quinn::ClientConfig {
     let transport = Arc::new(transport_config(&TransportConfig::default(), 0).unwrap());
     client_config(provider, own, trust, &transport).unwrap()
+}
+
+/// A node's client and server configs that offer only the ALPN `labels`, as another
+/// build would (the version window's tests).
+#[cfg(test)]
+pub(crate) fn configs_speaking(
+    provider: &Arc<CryptoProvider>,
+    own: &Arc<OwnCert>,
+    trust: &Trust,
+    labels: &[&[u8]],
+) -> (quinn::ClientConfig, quinn::ServerConfig) {
+    let transport = Arc::new(transport_config(&TransportConfig::default(), 0).unwrap());
+    let labels: Vec<Vec<u8>> = labels.iter().map(|l| l.to_vec()).collect();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_webpki_verifier(trust.servers.clone())
+        .with_client_cert_resolver(own.clone());
+    tls.alpn_protocols = labels.clone();
+    let mut client =
+        quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(Arc::new(tls)).unwrap()));
+    client.transport_config(transport.clone());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(trust.clients.clone())
+        .with_cert_resolver(own.clone());
+    tls.alpn_protocols = labels;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(
+        QuicServerConfig::try_from(Arc::new(tls)).unwrap(),
+    ));
+    server.transport_config(transport);
+    (client, server)
 }

@@ -13,16 +13,10 @@
 //! retired) and [`CLOSE_RETIRED`] (the server closed a retiring connection with no request
 //! in flight). Every other failure may have happened after the handler ran.
 //!
-//! This file deliberately holds no logic: codes are part of the protocol `tenure/5` and
-//! must not change meaning without a new ALPN name.
+//! This file deliberately holds no logic: codes are part of the node protocol (ALPN
+//! `tenure/N`, `crate::version`) and must not change meaning without a new version.
 
 use quinn::VarInt;
-
-/// The ALPN protocol name of Tenure's node-to-node protocol, version 3
-/// ([`crate::version::WIRE_VERSION`]: version 1 had no STORE_INFO, and its nodes would
-/// wait for ever for an answer from it; version 2's envelopes carry no cluster id, and
-/// version 3's cannot be read by it; so none of them are spoken side by side).
-pub const ALPN: &[u8] = b"tenure/5";
 
 /// Response status: the handler answered; the frame is its response body.
 pub(crate) const STATUS_OK: u8 = 0;
