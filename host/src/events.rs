@@ -106,7 +106,8 @@ pub const CLUSTER_VERSION: &str = "cluster.version";
 /// The leader raised the cluster's version (`from`, `to`): every member speaks it.
 pub const CLUSTER_VERSION_RAISED: &str = "cluster.version_raised";
 /// The leader keeps the cluster's version (`version`) because a member (`member`) speaks
-/// less or has no live connection; said once per reason.
+/// less or has no live connection (INFO), or a member speaks less than the cluster's
+/// version already (WARN: an older build put back on it); said once per reason.
 pub const CLUSTER_VERSION_WAITING: &str = "cluster.version_waiting";
 /// A process acting as the next build (`crate::version::UNSAFE_NEXT_PROTOCOL`) waits
 /// for the cluster's version to allow its probe (`waiting`), or had it applied (`applied`).

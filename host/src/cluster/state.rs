@@ -229,6 +229,24 @@ pub enum Proposal {
 }
 
 impl Proposal {
+    /// The version a [`Command::RaiseVersion`] in it raises the cluster to, if any (the
+    /// highest, for a batch). Only the leader's own proposals count: a member's is
+    /// forbidden, and changes nothing (`authorize.rs`).
+    pub fn raises_to(&self) -> Option<u32> {
+        let commands: &[Command] = match self {
+            Proposal::One(command) => std::slice::from_ref(command),
+            Proposal::Batch(commands) => commands,
+            Proposal::OneFrom { .. } | Proposal::BatchFrom { .. } => &[],
+        };
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::RaiseVersion { to } => Some(*to),
+                _ => None,
+            })
+            .max()
+    }
+
     /// The same commands, marked as proposed by member `by`. `None` for a proposal that is
     /// marked already: a member cannot name the proposer itself.
     pub fn from_member(self, by: &str) -> Option<Proposal> {

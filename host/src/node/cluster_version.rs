@@ -10,6 +10,12 @@
 //! once it has heard every member's. Of two live connections to a member (one each way,
 //! or one of a process that was just replaced), the lower counts.
 //!
+//! A live connection is evidence, not proof: after a `kill -9` the leader's connection to
+//! the dead process looks live until QUIC's idle timeout, so a member replaced by an older
+//! build within that time may be counted at its old version. Safety does not rest on it:
+//! the older process is refused at every message, and a process that applies a raise it
+//! does not speak stops before it applies anything after it (`raft/state_machine.rs`).
+//!
 //! The raise is a committed entry ([`Command::RaiseVersion`]) and is never undone, so a
 //! member that is later replaced by an older build is refused (at every message, at join,
 //! and at start: `raft/service.rs`, `raft/format.rs`) rather than handed entries it cannot
@@ -40,6 +46,9 @@ pub(super) enum Decision {
     Stay,
     /// A member keeps it where it is (`why` names the member and what it speaks).
     Wait { member: String, why: String },
+    /// A member speaks less than the cluster's version already: an older build put back
+    /// on it, refused at every message until it runs a newer one.
+    Behind { member: String, why: String },
 }
 
 /// Decides from the cluster's `current` version, the leader's own `newest`, and each
@@ -49,6 +58,17 @@ pub(super) fn decide(
     newest: u32,
     members: &BTreeMap<String, Option<u32>>,
 ) -> Decision {
+    if let Some((member, version)) = members
+        .iter()
+        .find_map(|(m, v)| v.filter(|v| *v < current).map(|v| (m, v)))
+    {
+        return Decision::Behind {
+            member: member.clone(),
+            why: format!(
+                "{member} speaks tenure/{version} at most, below the cluster's version {current}: every node refuses it until it runs a build that speaks tenure/{current}"
+            ),
+        };
+    }
     let mut target = newest;
     let mut holding: Option<(String, String)> = None;
     for (member, negotiated) in members {
@@ -131,6 +151,17 @@ pub(super) async fn keep_raised(shared: Arc<Shared>, mut stop: watch::Receiver<b
                     said = Some(why);
                 }
             }
+            Decision::Behind { member, why } => {
+                if said.as_ref() != Some(&why) {
+                    tracing::warn!(
+                        event = events::CLUSTER_VERSION_WAITING,
+                        member = %member,
+                        version = current,
+                        "{why}"
+                    );
+                    said = Some(why);
+                }
+            }
             Decision::Raise(to) => {
                 // Proposed here only, never forwarded: a node that lost its leadership
                 // leaves the decision to the next leader.
@@ -201,8 +232,11 @@ mod tests {
             decide(6, 7, &unheard),
             Decision::Wait { member, .. } if member == "n3"
         ));
-        // Never lowered: an older member after a raise changes nothing here (it is
-        // refused elsewhere).
-        assert_eq!(decide(7, 7, &one_old), Decision::Stay);
+        // Never lowered: an older member after a raise is said to be behind (it is
+        // refused at every message).
+        assert!(matches!(
+            decide(7, 7, &one_old),
+            Decision::Behind { member, .. } if member == "n3"
+        ));
     }
 }

@@ -296,13 +296,17 @@ pub(crate) fn record_cluster_version(db: &Database, version: u32) -> Result<(), 
     let mut tx = db.begin_write().map_err(|e| e.to_string())?;
     tx.set_durability(redb::Durability::Immediate)
         .map_err(|e| e.to_string())?;
-    {
-        let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
-        table
-            .insert(CLUSTER_VERSION, version.to_le_bytes().as_slice())
-            .map_err(|e| e.to_string())?;
-    }
+    set_cluster_version(&tx, version)?;
     tx.commit().map_err(|e| e.to_string())
+}
+
+/// Writes the record's cluster version in `tx`.
+pub(crate) fn set_cluster_version(tx: &WriteTransaction, version: u32) -> Result<(), String> {
+    let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+    table
+        .insert(CLUSTER_VERSION, version.to_le_bytes().as_slice())
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// A snapshot image (`state_machine::Image`) encoded in store format `from`, in this

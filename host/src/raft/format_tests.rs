@@ -335,3 +335,108 @@ fn a_format_4_snapshot_image_reads_after_its_migration() {
     assert!(!expected.session_processes.is_empty() && expected.version == 0);
     assert_eq!(migrated_fixture(4).cluster, expected);
 }
+
+/// A process that applies a raise of the cluster's version past what it speaks (an older
+/// build put back on a node before the raise reached it) applies nothing after the raise
+/// in the same batch, records the version, and stops with an error naming both versions;
+/// the data dir is then refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_this_build_does_not_speak_stops_apply_before_anything_after_it() {
+    use crate::cluster::{Command, Proposal};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+    let dir = tempfile::tempdir().unwrap();
+    let newer = crate::version::protocols().end() + 1;
+    let join = |node: &str| Command::Join {
+        node: node.into(),
+        addr: "127.0.0.1:1".into(),
+        labels: BTreeMap::new(),
+    };
+    let entry = |index: u64, command: Command| super::types::Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Proposal::One(command)),
+    };
+    {
+        let db = db::open(dir.path()).await.unwrap();
+        let mut sm = StateMachine::open(db.clone(), 1 << 30, Default::default()).unwrap();
+        let applied = sm
+            .apply(vec![
+                entry(1, join("n1")),
+                entry(2, Command::RaiseVersion { to: newer }),
+                entry(3, join("n2")),
+            ])
+            .await;
+        let error = applied.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("version is {newer}"))
+                && error.contains(&format!("speaks tenure/{}", crate::version::WIRE_VERSION)),
+            "{error}"
+        );
+        let cluster = sm.cluster().read().unwrap().clone();
+        assert!(cluster.members.contains_key("n1"));
+        assert!(
+            !cluster.members.contains_key("n2"),
+            "an entry after the unspoken raise was applied"
+        );
+        assert_eq!(cluster.version, 0);
+        assert_eq!(*sm.applied_index().borrow(), 1);
+    }
+    let found = format::inspect(dir.path()).unwrap();
+    assert!(matches!(
+        format::check(&found, dir.path()),
+        Err(FormatError::ClusterNewer { .. })
+    ));
+}
+
+/// `snapshot restore` of a snapshot whose cluster runs at a version this build does not
+/// speak is refused naming both, before the data dir gets a store: the restored cluster
+/// would refuse every node of this build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_newer_cluster_version_is_not_restored() {
+    use super::backup::{FILE_FORMAT, Header, Taken, sha256, write_file};
+    use super::state_machine::Image;
+    let newer = crate::version::protocols().end() + 1;
+    let cluster = Cluster {
+        version: newer,
+        ..Cluster::default()
+    };
+    let image = postcard::to_allocvec(&Image {
+        applied: None,
+        membership: Default::default(),
+        cluster,
+    })
+    .unwrap();
+    let files_dir = tempfile::tempdir().unwrap();
+    let file = files_dir.path().join("snap");
+    write_file(
+        &file,
+        &Taken {
+            header: Header {
+                file_format: FILE_FORMAT,
+                store_format: STORE_FORMAT,
+                index: 0,
+                term: 0,
+                voters: vec![],
+                taken_by: "n1".into(),
+                taken_ms: 0,
+                writer: format::writer(),
+                bytes: image.len() as u64,
+                sha256: sha256(&image),
+                cluster: None,
+            },
+            image,
+        },
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let me = super::types::Peer::new("n1", "127.0.0.1:1");
+    let refused = super::recover::restore(data.path(), &file, &me, 0, 0)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("runs at version {newer}"))
+            && refused.contains("nothing was changed"),
+        "{refused}"
+    );
+    assert!(!data.path().join(db::FILE).exists(), "a store was made");
+}

@@ -334,6 +334,8 @@ pub(crate) struct Shared {
     cluster: Arc<RwLock<Cluster>>,
     /// The cluster's id once the replica has one (`cluster/identity.rs`).
     cluster_id: crate::cluster::ClusterCell,
+    /// The cluster's version as applied (`crate::version`).
+    cluster_version: Arc<std::sync::atomic::AtomicU32>,
     /// This node's store's id, from its format record (`format.rs`).
     store: crate::cluster::StoreId,
     applied: watch::Receiver<u64>,
@@ -395,6 +397,7 @@ impl Control {
         })?;
         let cluster = sm.cluster();
         let cluster_id = sm.cluster_id();
+        let cluster_version = sm.version();
         let applied = sm.applied_index();
         let mut log_store = LogStore::new(db.clone(), options.max_payload / 2);
         let committed = openraft::storage::RaftLogStorage::read_committed(&mut log_store)
@@ -455,6 +458,7 @@ impl Control {
             endpoint,
             cluster,
             cluster_id,
+            cluster_version,
             store,
             applied,
             appends: watch::Sender::new(0),

@@ -114,6 +114,9 @@ pub async fn restore(
         });
     }
     let (_, image) = super::backup::read_file(file).map_err(ControlError::Options)?;
+    // Refused before the data dir gets a store: a cluster restored at a version this
+    // build does not speak would refuse every node of this build.
+    spoken(image.cluster.version).map_err(ControlError::Options)?;
     let db = db::open(data_dir).await?;
     rewrite(&db, image, Vec::new(), None, me, bump, now_ms).map_err(|e| ControlError::Storage {
         path,
@@ -151,6 +154,8 @@ fn rewrite(
         }
         last = Some(entry.log_id);
     }
+    // The survivor's log may hold a raise it had not applied yet.
+    spoken(cluster.version).map_err(redb::Error::Corrupted)?;
     let voters_before: Vec<String> = membership
         .membership()
         .voter_ids()
@@ -190,6 +195,7 @@ fn rewrite(
         BTreeMap::from([(me_id, me.clone())]),
     );
     let membership = StoredMembership::new(Some(log_id), only_me);
+    let cluster_version = cluster.version;
     let data = encode(&Image {
         applied: Some(log_id),
         membership: membership.clone(),
@@ -203,7 +209,14 @@ fn rewrite(
         },
         data,
     };
-    write(db, &stored, log_id, Vote::new(term, me_id), now_ms)?;
+    write(
+        db,
+        &stored,
+        log_id,
+        Vote::new(term, me_id),
+        now_ms,
+        cluster_version,
+    )?;
     Ok(Recovered {
         last: last.map(|l| (l.leader_id.term, l.index)),
         index,
@@ -214,6 +227,18 @@ fn rewrite(
         cluster_before: old_id,
         cluster: new_id.expect("set above"),
     })
+}
+
+/// Refuses a state whose cluster runs at a version this build does not speak.
+fn spoken(version: u32) -> Result<(), String> {
+    let speaks = crate::version::protocols();
+    if version <= *speaks.end() {
+        return Ok(());
+    }
+    Err(format!(
+        "the state is of a cluster that runs at version {version} (tenure/{version}); this build speaks {}: run this with a build that speaks tenure/{version}; nothing was changed",
+        crate::version::describe_window(&speaks)
+    ))
 }
 
 /// Ends every session and forgets every member but `me`, as committed commands would.
@@ -312,9 +337,11 @@ fn write(
     log_id: LogId,
     vote: Vote,
     now_ms: u64,
+    cluster_version: u32,
 ) -> Result<(), redb::Error> {
     let mut tx = db.begin_write()?;
     tx.set_durability(Durability::Immediate)?;
+    super::format::set_cluster_version(&tx, cluster_version).map_err(redb::Error::Corrupted)?;
     {
         let mut snapshot = tx.open_table(SNAPSHOT)?;
         snapshot.insert(CURRENT, encode(stored)?.as_slice())?;

@@ -11,7 +11,9 @@
 //!   the cluster's version (an older build, `crate::version`).
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
-//! at most [`LOG_LIMIT`] lines a minute: a hostile member could otherwise fill the disk.
+//! at most [`LOG_LIMIT`] lines a minute per reason: a hostile member could otherwise fill
+//! the disk, and a node of an older build that keeps calling must not use up the lines
+//! that would show a forbidden proposal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::ratelimit::RateLimiter;
 
-/// Log lines per minute, all refusals together.
+/// Log lines per minute, per reason.
 const LOG_LIMIT: u32 = 20;
 
 /// Why a member's message was refused.
@@ -53,14 +55,16 @@ impl Refusal {
 /// The counters and the log's rate limit.
 pub(crate) struct Refusals {
     counts: [AtomicU64; 4],
-    log: Mutex<RateLimiter>,
+    logs: [Mutex<RateLimiter>; 4],
 }
 
 impl Default for Refusals {
     fn default() -> Refusals {
         Refusals {
             counts: Default::default(),
-            log: Mutex::new(RateLimiter::new(LOG_LIMIT, Duration::from_secs(60))),
+            logs: std::array::from_fn(|_| {
+                Mutex::new(RateLimiter::new(LOG_LIMIT, Duration::from_secs(60)))
+            }),
         }
     }
 }
@@ -69,8 +73,7 @@ impl Refusals {
     /// Counts a refusal of `what` from `peer` and logs it if the rate allows.
     pub fn record(&self, why: Refusal, peer: &str, error: &str) {
         self.counts[why as usize].fetch_add(1, Ordering::Relaxed);
-        let admitted = self
-            .log
+        let admitted = self.logs[why as usize]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .admit(Instant::now());

@@ -89,12 +89,9 @@ impl Shared {
     /// covers a join too, so a node of an older build never becomes a member.
     fn check_version(&self, from: &PeerInfo) -> Result<(), String> {
         let cluster = self
-            .cluster
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .version;
-        // Operators' requests carry a version of their own (`rpc/operator.rs`).
-        if from.version >= cluster || from.identity.kind != crate::pki::Kind::Node {
+            .cluster_version
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if from.version >= cluster {
             return Ok(());
         }
         Err(format!(
@@ -112,7 +109,7 @@ impl Shared {
     ) -> Result<Vec<u8>, String> {
         match kind {
             APPEND_ENTRIES => {
-                let request: AppendEntriesRequest = decode(kind, payload)?;
+                let request: AppendEntriesRequest = decode_from_leader(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
                 refuse_while_forming(self)?;
                 self.check_member(from, "AppendEntries")?;
@@ -138,7 +135,7 @@ impl Shared {
                 encode(&answer)
             }
             INSTALL_SNAPSHOT => {
-                let request: InstallSnapshotRequest = decode(kind, payload)?;
+                let request: InstallSnapshotRequest = decode_from_leader(kind, payload)?;
                 check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
                 refuse_while_forming(self)?;
                 self.check_member(from, "snapshot chunk")?;
@@ -248,6 +245,24 @@ fn check_sender(from: &str, claimed: Option<NodeId>, what: &str) -> Result<(), S
 /// in proportion to the bytes it reads; [`crate::rpc::decode`] bounds the nesting.
 pub(super) fn decode<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
     crate::rpc::decode(payload).map_err(|e| format!("unreadable payload of kind {kind}: {e}"))
+}
+
+/// As [`decode`], for what a leader replicates: entries this build cannot read most
+/// likely come from a leader of a newer build whose cluster's version was raised past
+/// what this one speaks (the raise in the same message cannot be reached to stop on).
+/// Said here once per run, as well as in the answer.
+fn decode_from_leader<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<T, String> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    decode(kind, payload).map_err(|e| {
+        let why = format!(
+            "{e}: a leader of a newer build may be sending what this build (which speaks {}) cannot read; run a build that speaks the cluster's version on this node (README, \"Upgrading\")",
+            crate::version::describe_window(&crate::version::protocols())
+        );
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(event = crate::events::CONTROL_ERROR, error = %why, "cannot read the leader's message");
+        }
+        why
+    })
 }
 
 fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {

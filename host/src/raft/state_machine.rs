@@ -26,9 +26,10 @@
 // helpers here return the same type rather than convert at every call.
 #![allow(clippy::result_large_err)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use openraft::AnyError;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use redb::{Database, Durability, ReadableDatabase};
@@ -39,7 +40,8 @@ use super::checksums::Checksums;
 use super::db::{self, CURRENT, SNAPSHOT};
 use super::snapshot_data::SnapshotData;
 use super::types::{
-    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
+    TypeConfig,
 };
 use crate::cluster::{Cluster, ClusterCell, Outcome, Response};
 
@@ -58,6 +60,9 @@ pub struct StateMachine {
     checksums: Arc<Checksums>,
     /// The test-only broken replica ([`super::checksums::UNSAFE_CORRUPT_REPLICA`]).
     corrupt: bool,
+    /// The cluster's version as applied, for the check every message meets
+    /// (`service.rs`) without the state's lock.
+    version: Arc<AtomicU32>,
 }
 
 /// A snapshot's content: everything needed to resume applying after it.
@@ -100,6 +105,13 @@ impl StateMachine {
             }
             None => (None, StoredMembership::default(), Cluster::default()),
         };
+        // A backstop: a store whose state runs at a version this build does not speak is
+        // refused before it is used (the format record's check normally comes first).
+        let speaks = crate::version::protocols();
+        if cluster.version > *speaks.end() {
+            return Err(db::read(not_spoken(cluster.version, &speaks)));
+        }
+        let version = Arc::new(AtomicU32::new(cluster.version));
         let (applied_index, _) = watch::channel(applied.as_ref().map_or(0, |id| id.index));
         let cluster_id = ClusterCell::default();
         if let Some(id) = cluster.id {
@@ -115,7 +127,13 @@ impl StateMachine {
             cluster_id,
             checksums,
             corrupt: corrupt(),
+            version,
         })
+    }
+
+    /// The cluster's version as applied (`crate::version`).
+    pub(crate) fn version(&self) -> Arc<AtomicU32> {
+        self.version.clone()
     }
 
     /// The cluster's id, set once the replica has one (`cluster/identity.rs`).
@@ -146,10 +164,7 @@ impl StateMachine {
         .await?;
         let speaks = crate::version::protocols();
         if version > *speaks.end() {
-            return Err(db::read(format!(
-                "the cluster raised its version to {version} (tenure/{version}); this build speaks {}: run a build that speaks tenure/{version} on this node (README, \"Upgrading\")",
-                crate::version::describe_window(&speaks)
-            )));
+            return Err(db::read(not_spoken(version, &speaks)));
         }
         tracing::info!(
             event = crate::events::CLUSTER_VERSION,
@@ -170,9 +185,24 @@ impl StateMachine {
             // Set once: an id never changes (`Command::Identify`).
             let _ = self.cluster_id.set(id);
         }
+        self.version.store(
+            self.cluster
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .version,
+            Ordering::Relaxed,
+        );
         let index = self.applied.as_ref().map_or(0, |id| id.index);
         self.applied_index.send_replace(index);
     }
+}
+
+/// Why a process stops (or a store is refused) when its cluster runs at `version`.
+fn not_spoken(version: u32, speaks: &std::ops::RangeInclusive<u32>) -> String {
+    format!(
+        "the cluster's version is {version} (tenure/{version}, raised once every member spoke it); this build speaks {}: run a build that speaks tenure/{version} on this node (README, \"Upgrading\")",
+        crate::version::describe_window(speaks)
+    )
 }
 
 /// Whether this replica runs the test-only broken apply (`checksums.rs`); said at ERROR.
@@ -228,11 +258,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // The states to hash (`checksums.rs`): encoded under the lock, hashed after it.
         let mut to_hash = Vec::new();
         let raised;
+        // A raise of the cluster's version past what this build speaks: nothing from it
+        // on is applied (the entries after it may follow rules this build does not know).
+        let mut unspoken = None;
+        let newest = *crate::version::protocols().end();
         {
             let mut cluster = self.cluster.write().unwrap_or_else(PoisonError::into_inner);
             let version_before = cluster.version;
             for entry in entries {
                 let log_id = entry.log_id;
+                if let EntryPayload::Normal(proposal) = &entry.payload
+                    && let Some(to) = proposal.raises_to().filter(|to| *to > newest)
+                {
+                    unspoken = Some((log_id, to));
+                    break;
+                }
                 let response = match entry.payload {
                     EntryPayload::Blank => Outcome::One(Response::Done),
                     EntryPayload::Normal(proposal) => {
@@ -260,6 +300,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.version_raised(version).await?;
         }
         self.publish();
+        if let Some((log_id, to)) = unspoken {
+            // Recorded, so that this build refuses the data dir at its next start; then
+            // the node stops on the fatal error.
+            let db = self.db.clone();
+            db::blocking(move || super::format::record_cluster_version(&db, to).map_err(db::write))
+                .await?;
+            let speaks = crate::version::protocols();
+            return Err(
+                StorageIOError::apply(log_id, AnyError::error(not_spoken(to, &speaks))).into(),
+            );
+        }
         if !to_hash.is_empty() {
             let checksums = self.checksums.clone();
             tokio::task::spawn_blocking(move || {
