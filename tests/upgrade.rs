@@ -438,3 +438,104 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
         "the count went backwards or repeated: {counts:?}"
     );
 }
+
+/// The rolling upgrade from the previous release (issue 25, item 4), which CI runs on
+/// every change: three nodes of the release `tests/fixtures/previous-release` names
+/// (built from its commit, `support::previous`) run `counter` and a resource of three
+/// tickets; one at a time, each is stopped (SIGTERM: it hands its slots over), given this
+/// tree's binary and started again, and the next waits until it has a session and every
+/// slot is owned. The fault checker finds nothing: no more runs of a resource at once
+/// than its tickets, a slot's tokens only increase, no save is lost, every stop cleaned
+/// up; and the counter's count only goes up.
+#[test]
+fn a_rolling_upgrade_from_the_previous_release_keeps_every_owner_token_and_count() {
+    use support::checker::{self, Expect, Resource, Schedule};
+    let release = support::previous::named();
+    let previous = support::previous::binary().to_path_buf();
+    let mut c = support::Cluster::builder(3).build();
+    for i in 0..3 {
+        c.node_mut(i).set_binary(Some(previous.clone()));
+    }
+    let counter = support::plugins().counter_bytes();
+    let heartbeat = support::plugins().heartbeat_bytes();
+    c.install_plugin_everywhere(
+        "counter",
+        &support::manifest("counter", 1, "1.0.0"),
+        &counter,
+    );
+    c.install_plugin_everywhere("trio", &support::manifest("trio", 3, "1.0.0"), &heartbeat);
+    c.start();
+    let version = tenure(&["--version"], Path::new("."));
+    eprintln!(
+        "[upgrade] from {} ({}) to this tree: {}",
+        release.tag,
+        release.commit,
+        String::from_utf8_lossy(&version.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+    );
+    c.wait_owners("trio", 3, |_| true);
+    c.wait_owners("counter", 1, |_| true);
+    await_that("the counter to count to 3", WAIT, || highest_count(&c) >= 3);
+
+    let mut schedule = Schedule::default();
+    let now_us = || support::system_time_us(std::time::SystemTime::now());
+    let started = Instant::now();
+    for i in 0..3 {
+        let name = c.name(i).to_string();
+        schedule.record(now_us(), &name, "stop");
+        assert!(c.stop(i).success(), "{name} did not stop cleanly");
+        c.node_mut(i).set_binary(None);
+        schedule.record(now_us(), &name, "spawn");
+        c.spawn(i);
+        c.wait_event(
+            i,
+            "a session of this build's run",
+            0,
+            is("session.opened").f(),
+        );
+        c.wait_owners("trio", 3, |_| true);
+        c.wait_owners("counter", 1, |_| true);
+    }
+    eprintln!(
+        "[upgrade] three nodes replaced one at a time in {:?}",
+        started.elapsed()
+    );
+    let before = highest_count(&c);
+    await_that("the counter to count past its count so far", WAIT, || {
+        highest_count(&c) > before
+    });
+    c.stop_all();
+
+    let events = c.merged();
+    let expect = Expect {
+        resources: vec![
+            Resource {
+                name: "counter".into(),
+                tickets: 1,
+                counter: true,
+                recovers: true,
+            },
+            Resource {
+                name: "trio".into(),
+                tickets: 3,
+                counter: false,
+                recovers: true,
+            },
+        ],
+        recovered: None,
+    };
+    let violations = checker::check(&events, &schedule, &expect);
+    let report: String = violations.iter().map(|v| v.render(&schedule)).collect();
+    assert!(
+        violations.is_empty(),
+        "{} violation(s)\n{report}",
+        violations.len()
+    );
+    let counts = support::counts(&events);
+    assert!(
+        counts.windows(2).all(|w| w[1] > w[0]),
+        "the count went backwards or repeated: {counts:?}"
+    );
+}

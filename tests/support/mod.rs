@@ -37,6 +37,7 @@ use tempfile::TempDir;
 pub mod checker;
 pub mod cluster;
 pub mod netns;
+pub mod previous;
 pub mod recorder;
 
 #[allow(
@@ -600,6 +601,8 @@ pub struct Node {
     wrapper: Vec<OsString>,
     /// Extra environment for the node's process (set after the harness clears `TENURE_*`).
     env: Vec<(OsString, OsString)>,
+    /// The `tenure` binary it runs, if not this tree's (an earlier release's).
+    binary: Option<PathBuf>,
     run: Option<Run>,
     /// The events of earlier runs, each run closed by an [`EXITED`] event.
     history: Vec<Value>,
@@ -621,6 +624,7 @@ impl Node {
             config: None,
             wrapper: Vec::new(),
             env: Vec::new(),
+            binary: None,
             run: None,
             history: Vec::new(),
         }
@@ -678,15 +682,25 @@ impl Node {
         self.env.retain(|(k, _)| k != key);
     }
 
+    /// Runs `binary` instead of this tree's `tenure` from now on (`None`: this tree's),
+    /// as a node of an earlier release would (`previous::release`).
+    pub fn set_binary(&mut self, binary: Option<PathBuf>) {
+        self.binary = binary;
+    }
+
     /// A command for the `tenure` binary, under the wrapper if there is one.
     pub fn command(&self) -> Command {
+        let binary = self
+            .binary
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tenure")));
         match self.wrapper.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
-                command.args(args).arg(env!("CARGO_BIN_EXE_tenure"));
+                command.args(args).arg(binary);
                 command
             }
-            None => Command::new(env!("CARGO_BIN_EXE_tenure")),
+            None => Command::new(binary),
         }
     }
 

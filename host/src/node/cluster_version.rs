@@ -140,28 +140,8 @@ pub(super) async fn keep_raised(shared: Arc<Shared>, mut stop: watch::Receiver<b
         let current = shared.read(|c| c.version);
         match decide(current, newest, &negotiated(&shared)) {
             Decision::Stay => said = None,
-            Decision::Wait { member, why } => {
-                if said.as_ref() != Some(&why) {
-                    tracing::info!(
-                        event = events::CLUSTER_VERSION_WAITING,
-                        member = %member,
-                        version = current,
-                        "the cluster's version stays {current}: {why}"
-                    );
-                    said = Some(why);
-                }
-            }
-            Decision::Behind { member, why } => {
-                if said.as_ref() != Some(&why) {
-                    tracing::warn!(
-                        event = events::CLUSTER_VERSION_WAITING,
-                        member = %member,
-                        version = current,
-                        "{why}"
-                    );
-                    said = Some(why);
-                }
-            }
+            Decision::Wait { member, why } => say_once(&mut said, &member, current, why, false),
+            Decision::Behind { member, why } => say_once(&mut said, &member, current, why, true),
             Decision::Raise(to) => {
                 // Proposed here only, never forwarded: a node that lost its leadership
                 // leaves the decision to the next leader.
@@ -194,6 +174,30 @@ pub(super) async fn keep_raised(shared: Arc<Shared>, mut stop: watch::Receiver<b
             }
         }
     }
+}
+
+/// Logs why the version stays at `current`, unless that was the last thing said; a
+/// member behind the cluster's version at WARN.
+fn say_once(said: &mut Option<String>, member: &str, current: u32, why: String, warn: bool) {
+    if said.as_ref() == Some(&why) {
+        return;
+    }
+    if warn {
+        tracing::warn!(
+            event = events::CLUSTER_VERSION_WAITING,
+            member,
+            version = current,
+            "{why}"
+        );
+    } else {
+        tracing::info!(
+            event = events::CLUSTER_VERSION_WAITING,
+            member,
+            version = current,
+            "the cluster's version stays {current}: {why}"
+        );
+    }
+    *said = Some(why);
 }
 
 #[cfg(test)]

@@ -367,34 +367,27 @@ fn read(db: &impl ReadableDatabase, path: &Path) -> Result<Found, FormatError> {
         Err(TableError::TableDoesNotExist(_)) => return Ok(Found::Unversioned),
         Err(e) => return Err(unreadable(&e)),
     };
-    let version = match table.get(VERSION).map_err(|e| unreadable(&e))? {
-        Some(value) => {
-            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
-                damaged(format!(
-                    "its version is {} bytes, not 4",
-                    value.value().len()
-                ))
-            })?;
-            u32::from_le_bytes(bytes)
-        }
-        None => return Err(damaged("it has no version".into())),
+    // A `u32` value of the record, 4 bytes little-endian, if the key is there.
+    let number = |key: &str, what: &str| -> Result<Option<u32>, FormatError> {
+        let Some(value) = table.get(key).map_err(|e| unreadable(&e))? else {
+            return Ok(None);
+        };
+        let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
+            damaged(format!(
+                "its {what} is {} bytes, not 4",
+                value.value().len()
+            ))
+        })?;
+        Ok(Some(u32::from_le_bytes(bytes)))
+    };
+    let Some(version) = number(VERSION, "version")? else {
+        return Err(damaged("it has no version".into()));
     };
     let writer = match table.get(WRITER).map_err(|e| unreadable(&e))? {
         Some(value) => String::from_utf8_lossy(value.value()).into_owned(),
         None => String::new(),
     };
-    let cluster_version = match table.get(CLUSTER_VERSION).map_err(|e| unreadable(&e))? {
-        Some(value) => {
-            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
-                damaged(format!(
-                    "its cluster version is {} bytes, not 4",
-                    value.value().len()
-                ))
-            })?;
-            u32::from_le_bytes(bytes)
-        }
-        None => 0,
-    };
+    let cluster_version = number(CLUSTER_VERSION, "cluster version")?.unwrap_or(0);
     Ok(Found::Record {
         version,
         writer,
