@@ -631,7 +631,11 @@ fn an_admin_command_to_a_silent_address_ends_when_its_message_says() {
     };
     run(&["certs", "init", "--out", "ca"]);
     run(&["certs", "issue", "--ca", "ca", "--operator", "ops"]);
-    let addr = format!("127.0.0.1:{}", free_udp_ports(1));
+    // A socket held open and never read: nothing answers there, and no node another test
+    // starts meanwhile can be given the port (with a port found free and let go, a
+    // node of a parallel test once took it, and the command met that node's CA).
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
     // A watch, whose connections may stay silent 2 s, gives connecting three quarters
     // of that; before, it never ended: it said "timed out; asking another node" every
     // 3 s, with no other node to ask.

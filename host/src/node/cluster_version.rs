@@ -21,7 +21,9 @@
 //! and at start: `raft/service.rs`, `raft/format.rs`) rather than handed entries it cannot
 //! read. Between the leader's decision and the commit a member may restart on an older
 //! build; it then meets exactly that refusal, which is the same as a downgrade after the
-//! raise: the operator installs the newer build on it again.
+//! raise: the operator installs the newer build on it again. A node that asks to join in
+//! that interval is held to the version being raised to (`Control::raising`), so no older
+//! learner is admitted just before the raise.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,7 +146,8 @@ pub(super) async fn keep_raised(shared: Arc<Shared>, mut stop: watch::Receiver<b
             Decision::Behind { member, why } => say_once(&mut said, &member, current, why, true),
             Decision::Raise(to) => {
                 // Proposed here only, never forwarded: a node that lost its leadership
-                // leaves the decision to the next leader.
+                // leaves the decision to the next leader. Joins are held to it first.
+                shared.control.raising(to);
                 match shared
                     .control
                     .propose_here(Command::RaiseVersion { to })

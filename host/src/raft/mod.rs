@@ -336,6 +336,9 @@ pub(crate) struct Shared {
     cluster_id: crate::cluster::ClusterCell,
     /// The cluster's version as applied (`crate::version`).
     cluster_version: Arc<std::sync::atomic::AtomicU32>,
+    /// The version this node, as leader, decided to raise the cluster to
+    /// ([`Control::raising`]); joins are held to it (`service.rs`).
+    raising: std::sync::atomic::AtomicU32,
     /// This node's store's id, from its format record (`format.rs`).
     store: crate::cluster::StoreId,
     applied: watch::Receiver<u64>,
@@ -459,6 +462,7 @@ impl Control {
             cluster,
             cluster_id,
             cluster_version,
+            raising: std::sync::atomic::AtomicU32::new(0),
             store,
             applied,
             appends: watch::Sender::new(0),
@@ -664,6 +668,14 @@ impl Control {
     /// `membership.rs`). For a node an operator removed or whose key was revoked.
     pub async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
         self.shared.remove_member(name).await
+    }
+
+    /// Says that this node, as leader, is about to raise the cluster's version to `to`:
+    /// from now on it admits no join of a node that speaks less (`service.rs`).
+    pub fn raising(&self, to: u32) {
+        self.shared
+            .raising
+            .fetch_max(to, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Commits `commands` as one log entry, applied in order, and returns one answer per

@@ -68,7 +68,7 @@ impl Service for RaftService {
         kind: u16,
         payload: Vec<u8>,
     ) -> BoxFuture<Result<Vec<u8>, String>> {
-        if let Err(error) = self.shared.check_version(from) {
+        if let Err(error) = self.shared.check_version(from, kind) {
             self.shared
                 .refusals
                 .record(Refusal::OlderVersion, &from.identity.name, &error);
@@ -87,15 +87,33 @@ impl Shared {
     /// Refuses every message of a node whose connection speaks less than the cluster's
     /// version: it may not understand what the cluster commits (`crate::version`). This
     /// covers a join too, so a node of an older build never becomes a member.
-    fn check_version(&self, from: &PeerInfo) -> Result<(), String> {
-        let cluster = self
-            .cluster_version
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if from.version >= cluster {
+    ///
+    /// A join is also held to the version this node, as leader, is about to raise the
+    /// cluster to (`Control::raising`): every member speaks it, and a node of an older
+    /// build admitted between the decision and the commit would be a learner that stops
+    /// at the raise and holds every later one up.
+    fn check_version(&self, from: &PeerInfo, kind: u16) -> Result<(), String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cluster = self.cluster_version.load(Relaxed);
+        let floor = if kind == JOIN {
+            cluster.max(self.raising.load(Relaxed))
+        } else {
+            cluster
+        };
+        if from.version >= floor {
             return Ok(());
         }
+        let state = if floor > cluster {
+            format!(
+                "this cluster's leader is raising its version to {floor} (every member speaks tenure/{floor})"
+            )
+        } else {
+            format!(
+                "this cluster runs at version {floor} (raised once every member spoke tenure/{floor}, and never lowered)"
+            )
+        };
         Err(format!(
-            "this cluster runs at version {cluster} (raised once every member spoke tenure/{cluster}, and never lowered); {} speaks tenure/{} at most: run a build that speaks tenure/{cluster} on it (README, \"Upgrading\")",
+            "{state}; {} speaks tenure/{} at most: run a build that speaks tenure/{floor} on it (README, \"Upgrading\")",
             from.identity, from.version
         ))
     }

@@ -351,7 +351,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let image: Image = db::decode(&data)?;
+        // A leader of a newer build may send an image this build cannot read (the
+        // cluster's version was raised past it): said, rather than a bare decode error.
+        let image: Image = db::decode(&data).map_err(|e| {
+            db::read(format!(
+                "{e}: the leader's snapshot may be of a newer build than this one (which speaks {}); run a build that speaks the cluster's version on this node (README, \"Upgrading\")",
+                crate::version::describe_window(&crate::version::protocols())
+            ))
+        })?;
         if image.applied != meta.last_log_id {
             return Err(db::read(format!(
                 "the snapshot's data is at {:?} but its metadata says {:?}",

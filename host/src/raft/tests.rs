@@ -348,6 +348,34 @@ async fn a_joining_node_becomes_a_learner_then_a_voter_up_to_the_target() {
     group.shutdown().await;
 }
 
+/// Between a leader's decision to raise the cluster's version and the commit, a node that
+/// speaks less is not admitted (a review found the gap): it would be a learner that stops
+/// at the raise and holds every later raise up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_about_to_raise_the_version_admits_no_older_joiner() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1"], 1).await;
+    group.leader(&["n1"]).await;
+    let above = crate::version::protocols().end() + 1;
+    group.control("n1").raising(above);
+    let mut options = group.options("n2");
+    options.join_timeout = Duration::from_secs(2);
+    group.start("n2", options).await;
+    let refused = group
+        .control("n2")
+        .join(&group.via(&["n1"]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("raising its version to {above}")),
+        "{refused}"
+    );
+    assert!(!group.control("n1").members().learners.contains_key("n2"));
+    group.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_logs() {
     init_logs();
