@@ -14,7 +14,7 @@
 //!
 //! The cluster's version ([`crate::cluster::Cluster::version`]) is the newest protocol
 //! every member speaks: the leader raises it by a committed entry once every member's
-//! connection negotiates it (`raft/cluster_version.rs`), and it never decreases. A
+//! connection negotiates it (`node/cluster_version.rs`), and it never decreases. A
 //! command, an encoding or an `apply` rule newer than the oldest protocol a build speaks
 //! is used only once the cluster's version reaches it; a node that speaks less than the
 //! cluster's version is refused at join and at every message, and a data dir whose

@@ -394,7 +394,7 @@ pub enum Command {
         ended: Option<u64>,
     },
     /// Raises the cluster's version to `to` (a no-op if it is there already or above):
-    /// proposed by the leader once every member speaks it (`raft/cluster_version.rs`).
+    /// proposed by the leader once every member speaks it (`node/cluster_version.rs`).
     RaiseVersion { to: u32 },
     /// The version gate's test command: applied only once the cluster's version is
     /// [`crate::version::PROBE_VERSION`] or above, refused before. Only a process acting
