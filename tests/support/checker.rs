@@ -24,11 +24,21 @@
 //! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
 //! only after SIGCONT, although the plugin could not run while frozen and every host call
 //! with an effect checks the local lease first (DESIGN.md §2 invariant 3). A run that was
-//! frozen by a scheduled pause and stopped within [`PAUSE_SLACK_US`] (50 ms) of the SIGCONT
-//! counts as ended at the SIGSTOP. A run that goes on longer after the SIGCONT is not
-//! clipped: a pause outlasts the lease, so the engine must interrupt the plugin at the
-//! first epoch tick after SIGCONT, busy or not. [`pause_stops`] measures how long each
+//! frozen by a scheduled pause counts as ended at the SIGSTOP when, after the SIGCONT, it
+//! wrote nothing (no `plugin.log` of its token before its stop) and logged its stop
+//! within [`PAUSE_STOP_BOUND_US`]. A run that wrote anything after the SIGCONT ran on
+//! while its successor may have run, and is not clipped: a pause outlasts the lease, so
+//! the engine must interrupt the plugin at the first epoch tick it runs after SIGCONT,
+//! busy or not, before the guest can write a line. [`pause_stops`] measures how long each
 //! frozen run took to log its stop.
+//!
+//! Why silence and not a few milliseconds: the time from SIGCONT to `plugin.stopped` is
+//! the continued process's backlog (every timer due at once, two cores shared by five
+//! nodes and other tests' clusters), not guest execution. CI's fresh-clone runs saw 67 and
+//! 84 ms, and a local run under the same load 57 and 84 ms after the node's own
+//! `lease.lost`, with nothing written by either plugin. The bound still catches a plugin
+//! the engine fails to stop: it would run on, silently or not, for its whole stop grace.
+//! Writes that reach a downstream are judged by [`downstream`], with a tighter allowance.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -39,9 +49,14 @@ use std::time::{Duration, SystemTime};
 
 use super::{EXITED, Interval, format_rfc3339_utc, intervals, timestamp_us};
 
-/// How soon after SIGCONT a frozen run must log its stop to count as ended at SIGSTOP:
-/// 50 ms, five epoch ticks of the engine (which interrupts at the first tick after D).
-pub const PAUSE_SLACK_US: i64 = 50_000;
+/// How soon after SIGCONT a frozen run that wrote nothing must log its stop to count as
+/// ended at SIGSTOP: 500 ms, about five times the slowest seen on a loaded machine, and
+/// half the fault run's TTL.
+pub const PAUSE_STOP_BOUND_US: i64 = 500_000;
+
+/// How long after SIGCONT (or a heal) a downstream write counts as held up on the wire
+/// by the pause (or the cut), not sent after it: 50 ms.
+pub const HELD_UP_SLACK_US: i64 = 50_000;
 
 /// How far around a violation the report lists faults.
 const NEARBY_US: i64 = 5_000_000;
@@ -200,14 +215,14 @@ pub struct Delivery {
 
 /// Property 6, at a plugin's downstream: a slot's tokens never go backwards in arrival
 /// order, except for a write that was on the wire when its node froze or was cut off: it
-/// arrives while the node is paused or cut, or within [`PAUSE_SLACK_US`] of its SIGCONT or
+/// arrives while the node is paused or cut, or within [`HELD_UP_SLACK_US`] of its SIGCONT or
 /// heal. Anything else is a stale owner acting after its lease (`stale-write`).
 pub fn downstream(deliveries: &[Delivery], schedule: &Schedule) -> Vec<Violation> {
     let mut held_up = schedule.pauses();
     held_up.extend(schedule.episodes("cut", "heal"));
     let excused = |d: &Delivery| {
         held_up.iter().any(|(node, from, to)| {
-            *node == d.node && *from <= d.at_us && d.at_us <= to + PAUSE_SLACK_US
+            *node == d.node && *from <= d.at_us && d.at_us <= to + HELD_UP_SLACK_US
         })
     };
     let mut sorted: Vec<&Delivery> = deliveries.iter().collect();
@@ -249,7 +264,9 @@ pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Viol
     let pauses = schedule.pauses();
     for res in &expect.resources {
         let runs = intervals(events, &res.name);
-        check_overlap(&res.name, res.tickets, &runs, &pauses, &mut out);
+        let resource_events: Vec<&Value> =
+            events.iter().filter(|e| e["resource"] == res.name.as_str()).collect();
+        check_overlap(&res.name, res.tickets, &runs, &pauses, &resource_events, &mut out);
         check_tokens(events, &res.name, &mut out);
         if res.counter {
             check_counter(events, &res.name, &mut out);
@@ -298,7 +315,7 @@ pub struct PauseStop {
 }
 
 /// Every run that was running on a node when a scheduled pause froze it, with how long
-/// after the SIGCONT it logged `plugin.stopped`: the latency that [`PAUSE_SLACK_US`]
+/// after the SIGCONT it logged `plugin.stopped`: the latency that [`PAUSE_STOP_BOUND_US`]
 /// bounds. A run whose stop is stamped before the SIGCONT (it stopped as the SIGSTOP was
 /// being sent) was not frozen and is left out.
 pub fn pause_stops(events: &[Value], schedule: &Schedule) -> Vec<PauseStop> {
@@ -365,15 +382,31 @@ pub fn pause_stops(events: &[Value], schedule: &Schedule) -> Vec<PauseStop> {
     out
 }
 
-/// The end that counts for overlaps: see the module's note on pauses.
-fn effective_end(run: &Interval, pauses: &[(String, i64, i64)]) -> Option<i64> {
+/// The end that counts for overlaps: see the module's note on pauses. `events` are the
+/// resource's.
+fn effective_end(run: &Interval, pauses: &[(String, i64, i64)], events: &[&Value]) -> Option<i64> {
     let end = run.end_us?;
     for (node, p0, p1) in pauses {
-        if *node == run.node && run.start_us < *p0 && end >= *p1 && end <= p1 + PAUSE_SLACK_US {
+        if *node == run.node
+            && run.start_us < *p0
+            && end >= *p1
+            && end <= p1 + PAUSE_STOP_BOUND_US
+            && !wrote(events, run, *p1, end)
+        {
             return Some(*p0);
         }
     }
     Some(end)
+}
+
+/// Whether `run` wrote anything (a `plugin.log` of its node and token) in `[from, to)`.
+fn wrote(events: &[&Value], run: &Interval, from: i64, to: i64) -> bool {
+    events.iter().any(|e| {
+        e["event"] == "plugin.log"
+            && e["_node"] == run.node.as_str()
+            && e["token"].as_u64() == Some(run.token)
+            && (from..to).contains(&timestamp_us(e))
+    })
 }
 
 fn check_overlap(
@@ -381,11 +414,12 @@ fn check_overlap(
     tickets: usize,
     runs: &[Interval],
     pauses: &[(String, i64, i64)],
+    events: &[&Value],
     out: &mut Vec<Violation>,
 ) {
     let eff: Vec<(i64, Option<i64>)> = runs
         .iter()
-        .map(|r| (r.start_us, effective_end(r, pauses)))
+        .map(|r| (r.start_us, effective_end(r, pauses, events)))
         .collect();
     // Ends before starts at equal instants.
     let mut points: Vec<(i64, i32)> = Vec::new();

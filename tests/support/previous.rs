@@ -64,7 +64,17 @@ pub fn binary() -> &'static Path {
             target.display()
         );
         let started = Instant::now();
-        let output = Command::new(&cargo)
+        let mut build = Command::new(&cargo);
+        // The outer `cargo test` gives this process `CARGO_*` variables that name this
+        // checkout (CARGO_MANIFEST_DIR, CARGO_PKG_*, …); left in, a clone at another path
+        // would not find the release built by the last one. Only CARGO_HOME is kept.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("CARGO") && name != "CARGO_HOME" {
+                build.env_remove(name.as_ref());
+            }
+        }
+        let output = build
             .args(["build", "--release", "--locked", "-p", "tenure"])
             .current_dir(&source)
             .env("CARGO_TARGET_DIR", &target)
