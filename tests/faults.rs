@@ -1077,7 +1077,10 @@ fn checker_clips_a_paused_run_only_when_it_stops_silently_and_promptly() {
         let mut log = run("n1", "t", 0, 5, 0, end);
         log.push(tick("n1", wrote, 5));
         log.extend(run("n2", "t", 0, 9, 2000, 4000));
-        assert!(kinds(log, &s, 1, false).contains(&"overlap"), "wrote at {wrote}");
+        assert!(
+            kinds(log, &s, 1, false).contains(&"overlap"),
+            "wrote at {wrote}"
+        );
     }
     // Another run's line on the same node excuses nothing and accuses nothing.
     let mut log = run("n1", "t", 0, 5, 0, 2590);

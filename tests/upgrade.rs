@@ -281,8 +281,8 @@ fn version_names_the_formats_and_protocols() {
     let text = String::from_utf8(out.stdout).unwrap();
     for part in [
         concat!("tenure ", env!("CARGO_PKG_VERSION")),
-        "store format 5 (reads formats 1 to 5)",
-        "node protocol tenure/6 (speaks tenure/6)",
+        "store format 6 (reads formats 1 to 6; writes format 5 until the cluster's version is 7)",
+        "node protocol tenure/7 (speaks tenure/6 to tenure/7)",
         "operator protocol tenure-operator/8",
     ] {
         assert!(text.contains(part), "{part:?} not in: {text}");
@@ -306,15 +306,17 @@ fn cluster_version(c: &support::Cluster, at: usize) -> u64 {
 
 /// The version gate (issue 25, item 3) on real processes, until a tagged release gives a
 /// real older build: a cluster of this build is replaced one node at a time by processes
-/// acting as the next build (`TENURE_UNSAFE_NEXT_PROTOCOL`: they speak tenure/7 and know
-/// its probe command). The probe must not be applied anywhere before the last node is
-/// replaced, and is applied on every replica after it; the cluster's version follows
-/// (6, then 7). Then the downgrades: a node put back on this build refuses to start with
+/// acting as the next build (`TENURE_UNSAFE_NEXT_PROTOCOL`: they speak one version more,
+/// `PROBE_VERSION`, and know its probe command). The probe must not be applied anywhere
+/// before the last node is replaced, and is applied on every replica after it; the
+/// cluster's version follows (this build's newest, then the next). Then the downgrades: a node put back on this build refuses to start with
 /// both versions named and its data dir untouched, and a fresh node of this build is
 /// refused at join. The counter runs throughout and keeps its count.
 #[test]
 fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     const NEXT: &str = tenure::version::UNSAFE_NEXT_PROTOCOL;
+    let now = u64::from(tenure::version::WIRE_VERSION);
+    let next = u64::from(tenure::version::PROBE_VERSION);
     let mut c = support::Cluster::builder(3).build();
     let counter = support::plugins().counter_bytes();
     c.install_plugin_everywhere(
@@ -323,17 +325,19 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
         &counter,
     );
     c.start();
-    await_that("the cluster's version to be 6", WAIT, || {
-        cluster_version(&c, 0) == 6
-    });
+    await_that(
+        "the cluster's version to be this build's newest",
+        WAIT,
+        || cluster_version(&c, 0) == now,
+    );
     await_that("the counter to count to 3", WAIT, || highest_count(&c) >= 3);
 
-    // n1 and n2 first: the next build waits, and nothing of tenure/7 is applied.
+    // n1 and n2 first: the next build waits, and nothing of the next version is applied.
     for i in [0, 1] {
         assert!(c.stop(i).success());
         c.node_mut(i).set_env(NEXT, "1");
         c.spawn(i);
-        c.wait_event(i, "the probe waiting for version 7", 0, |e| {
+        c.wait_event(i, "the probe waiting for the next version", 0, |e| {
             is("version.probe").with("phase", "waiting").matches(e)
         });
         // One node at a time, each back with a session before the next (README).
@@ -341,18 +345,26 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     }
     // The leader's decision: a next-build leader says it waits for n3; a leader on this
     // build (n3) has nothing newer to raise to.
-    await_that("the leader to keep version 6 because of n3", WAIT, || {
-        let (leader, _) = c.settled_leader().unwrap_or_default();
-        leader == "n3"
-            || (0..2).any(|i| {
-                c.node(i).count(|e| {
-                    is("cluster.version_waiting")
-                        .with("member", "n3")
-                        .matches(e)
-                }) > 0
-            })
-    });
-    assert_eq!(cluster_version(&c, 0), 6, "raised while n3 speaks tenure/6");
+    await_that(
+        "the leader to keep this version because of n3",
+        WAIT,
+        || {
+            let (leader, _) = c.settled_leader().unwrap_or_default();
+            leader == "n3"
+                || (0..2).any(|i| {
+                    c.node(i).count(|e| {
+                        is("cluster.version_waiting")
+                            .with("member", "n3")
+                            .matches(e)
+                    }) > 0
+                })
+        },
+    );
+    assert_eq!(
+        cluster_version(&c, 0),
+        now,
+        "raised while n3 speaks only this build's newest"
+    );
     for e in c.merged() {
         if is("cluster.version_waiting").matches(&e) {
             eprintln!("[upgrade] {}: {}", e["_node"], support::message(&e));
@@ -360,7 +372,7 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     }
     let n3_replaced_at = support::system_time_us(std::time::SystemTime::now());
 
-    // The last one: every member speaks 7, so the leader raises, and each next-build
+    // The last one: every member speaks the next, so the leader raises, and each next-build
     // process has its probe applied.
     assert!(c.stop(2).success());
     c.node_mut(2).set_env(NEXT, "1");
@@ -369,11 +381,11 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
         c.wait_event(i, "the probe applied", 0, |e| {
             is("version.probe").with("phase", "applied").matches(e)
         });
-        c.wait_event(i, "version 7 applied", 0, |e| {
-            is("cluster.version").with("version", 7).matches(e)
+        c.wait_event(i, "the next version applied", 0, |e| {
+            is("cluster.version").with("version", next).matches(e)
         });
     }
-    assert_eq!(cluster_version(&c, 0), 7);
+    assert_eq!(cluster_version(&c, 0), next);
     for e in c.merged() {
         if is("cluster.version_raised").matches(&e) {
             eprintln!(
@@ -387,11 +399,11 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     for i in 0..3 {
         for e in c.events_of(i) {
             if is("version.probe").with("phase", "applied").matches(&e)
-                || is("cluster.version").with("version", 7).matches(&e)
+                || is("cluster.version").with("version", next).matches(&e)
             {
                 assert!(
                     support::timestamp_us(&e) > n3_replaced_at,
-                    "tenure/7 was used before the last member spoke it: {e}"
+                    "tenure/{next} was used before the last member spoke it: {e}"
                 );
             }
         }
@@ -406,10 +418,11 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     let (status, stderr) = c.wait_refused(1);
     assert!(
         !status.success(),
-        "n2 started on a build that does not speak 7"
+        "n2 started on a build that does not speak {next}"
     );
     assert!(
-        stderr.contains("runs at version 7") && stderr.contains("speaks tenure/6"),
+        stderr.contains(&format!("runs at version {next}"))
+            && stderr.contains(&format!("to tenure/{now}")),
         "{stderr}"
     );
     assert!(snapshot(c.node(1).dir()) == before, "the data dir changed");
@@ -421,7 +434,8 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
     c.spawn(joiner);
     c.wait_event(joiner, "the join refused for its version", 0, |e| {
         let text = e.to_string();
-        text.contains("runs at version 7") && text.contains("tenure/6 at most")
+        text.contains(&format!("runs at version {next}"))
+            && text.contains(&format!("tenure/{now} at most"))
     });
     c.kill(joiner);
 
@@ -442,9 +456,10 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
 /// The rolling upgrade from the previous release (issue 25, item 4), which CI runs on
 /// every change: three nodes of the release `tests/fixtures/previous-release` names
 /// (built from its commit, `support::previous`) run `counter` and a resource of three
-/// tickets; one at a time, each is stopped (SIGTERM: it hands its slots over), given this
+/// tickets. First a rollback: n1 runs this build, then the release again on the same data
+/// dir. Then one at a time, each is stopped (SIGTERM: it hands its slots over), given this
 /// tree's binary and started again, and the next waits until it has a session and every
-/// slot is owned. The fault checker finds nothing: no more runs of a resource at once
+/// slot is owned; the cluster's version then rises to this build's. The fault checker finds nothing: no more runs of a resource at once
 /// than its tickets, a slot's tokens only increase, no save is lost, every stop cleaned
 /// up; and the counter's count only goes up.
 #[test]
@@ -481,6 +496,28 @@ fn a_rolling_upgrade_from_the_previous_release_keeps_every_owner_token_and_count
 
     let mut schedule = Schedule::default();
     let now_us = || support::system_time_us(std::time::SystemTime::now());
+    // A rollback before the cluster's version is raised: n1 on this build, then back on
+    // the release, which opens the store this build wrote (format 5 until the raise).
+    schedule.record(now_us(), "n1", "stop");
+    assert!(c.stop(0).success(), "n1 did not stop cleanly");
+    c.node_mut(0).set_binary(None);
+    schedule.record(now_us(), "n1", "spawn");
+    c.spawn(0);
+    c.wait_event(
+        0,
+        "a session of this build's run",
+        0,
+        is("session.opened").f(),
+    );
+    schedule.record(now_us(), "n1", "stop");
+    assert!(c.stop(0).success(), "n1 did not stop cleanly");
+    c.node_mut(0).set_binary(Some(previous.clone()));
+    schedule.record(now_us(), "n1", "spawn");
+    c.spawn(0);
+    c.wait_event(0, "a session of n1 back on the release", 0, |e| {
+        is("session.opened").matches(e)
+    });
+    c.wait_owners("counter", 1, |_| true);
     let started = Instant::now();
     for i in 0..3 {
         let name = c.name(i).to_string();
@@ -501,6 +538,15 @@ fn a_rolling_upgrade_from_the_previous_release_keeps_every_owner_token_and_count
     eprintln!(
         "[upgrade] three nodes replaced one at a time in {:?}",
         started.elapsed()
+    );
+    // Every member now speaks this build's newest version: the leader raises the
+    // cluster to it, and from then on proposals are stamped (`cluster/once.rs`); the
+    // counter goes on counting on the stamped path.
+    let newest = u64::from(tenure::version::WIRE_VERSION);
+    await_that(
+        "the cluster's version to be this build's newest",
+        WAIT,
+        || cluster_version(&c, 0) == newest,
     );
     let before = highest_count(&c);
     await_that("the counter to count past its count so far", WAIT, || {

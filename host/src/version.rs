@@ -25,11 +25,17 @@ use std::ops::RangeInclusive;
 use std::sync::OnceLock;
 
 /// The newest node protocol this build speaks: the `N` of ALPN `tenure/N`.
-pub const WIRE_VERSION: u32 = 6;
+pub const WIRE_VERSION: u32 = 7;
 
 /// The oldest node protocol this build speaks. 6 is the first with a version window; the
-/// builds before it spoke one version each, and cannot run beside this one.
+/// builds before it spoke one version each, and cannot run beside this one. 0.2.0 speaks
+/// 6, so this build runs beside it.
 pub const WIRE_OLDEST: u32 = 6;
+
+/// The version from which proposers stamp their commands ([`crate::cluster::Proposal::Stamped`],
+/// applied once however often they are proposed: `cluster/once.rs`). Version 6 builds
+/// cannot read a stamped proposal.
+pub const STAMPS: u32 = 7;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
 pub const ADMIN_VERSION: u32 = 8;
@@ -119,8 +125,9 @@ fn describe() -> String {
     let store = crate::raft::STORE_FORMAT;
     let oldest = crate::raft::FORMATS[0].0;
     format!(
-        "{version}\nstore format {store} (reads formats {oldest} to {store})\nnode protocol tenure/{WIRE_VERSION} (speaks {window})\noperator protocol tenure-operator/{ADMIN_VERSION}",
+        "{version}\nstore format {store} (reads formats {oldest} to {store}; writes format {before} until the cluster's version is {STAMPS})\nnode protocol tenure/{WIRE_VERSION} (speaks {window})\noperator protocol tenure-operator/{ADMIN_VERSION}",
         version = env!("CARGO_PKG_VERSION"),
+        before = crate::raft::BEFORE_STAMPS,
         window = describe_window(&protocols()),
     )
 }

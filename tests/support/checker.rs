@@ -264,9 +264,18 @@ pub fn check(events: &[Value], schedule: &Schedule, expect: &Expect) -> Vec<Viol
     let pauses = schedule.pauses();
     for res in &expect.resources {
         let runs = intervals(events, &res.name);
-        let resource_events: Vec<&Value> =
-            events.iter().filter(|e| e["resource"] == res.name.as_str()).collect();
-        check_overlap(&res.name, res.tickets, &runs, &pauses, &resource_events, &mut out);
+        let resource_events: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["resource"] == res.name.as_str())
+            .collect();
+        check_overlap(
+            &res.name,
+            res.tickets,
+            &runs,
+            &pauses,
+            &resource_events,
+            &mut out,
+        );
         check_tokens(events, &res.name, &mut out);
         if res.counter {
             check_counter(events, &res.name, &mut out);

@@ -26,11 +26,35 @@ impl Cluster {
                     .map(|c| self.apply_from(&by, index, term, c))
                     .collect(),
             ),
+            Proposal::Stamped {
+                member,
+                run,
+                low,
+                commands,
+            } => {
+                let answers = self.apply_stamped(index, term, (&member, run, low), None, commands);
+                Outcome::of(answers)
+            }
+            Proposal::StampedFrom {
+                by,
+                run,
+                low,
+                commands,
+            } => {
+                let answers = self.apply_stamped(index, term, (&by, run, low), Some(&by), commands);
+                Outcome::of(answers)
+            }
         }
     }
 
     /// Applies `command` proposed by member `by`, if it may ([`super::authorize`]).
-    fn apply_from(&mut self, by: &str, index: u64, term: u64, command: Command) -> Response {
+    pub(super) fn apply_from(
+        &mut self,
+        by: &str,
+        index: u64,
+        term: u64,
+        command: Command,
+    ) -> Response {
         match super::authorize(self, by, &command) {
             Ok(()) => self.apply(index, term, command),
             Err(why) => Response::Forbidden(why),
@@ -349,6 +373,7 @@ impl Cluster {
                     ));
                 }
                 self.members.remove(&node);
+                self.applied.remove(&node);
                 for skipped in self.cooldown.values_mut() {
                     skipped.remove(&node);
                 }
@@ -941,16 +966,20 @@ mod tests {
     fn the_cluster_version_only_rises_and_the_probe_needs_it() {
         let mut log = Log::new();
         let probe = || Command::Probe { node: "a".into() };
+        let probe_version = crate::version::PROBE_VERSION;
         let early = log.apply(probe());
         assert!(
-            matches!(&early, Response::Refused(why) if why.contains("needs cluster version 7")),
+            matches!(&early, Response::Refused(why) if why.contains(&format!("needs cluster version {probe_version}"))),
             "{early:?}"
         );
-        assert_eq!(log.apply(Command::RaiseVersion { to: 7 }), Response::Done);
-        assert_eq!(log.cluster.version, 7);
+        assert_eq!(
+            log.apply(Command::RaiseVersion { to: probe_version }),
+            Response::Done
+        );
+        assert_eq!(log.cluster.version, probe_version);
         // Never lowered: a leader of an older build cannot take it back.
         assert_eq!(log.apply(Command::RaiseVersion { to: 6 }), Response::Done);
-        assert_eq!(log.cluster.version, 7);
+        assert_eq!(log.cluster.version, probe_version);
         assert_eq!(log.apply(probe()), Response::Done);
         // A member may not raise it, and probes only for itself.
         for command in [
@@ -970,6 +999,6 @@ mod tests {
                 "{forwarded:?}"
             );
         }
-        assert_eq!(log.cluster.version, 7);
+        assert_eq!(log.cluster.version, probe_version);
     }
 }

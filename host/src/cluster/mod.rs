@@ -19,17 +19,19 @@
 //! only: it may speak for itself, never for another node (`authorize.rs`, the table).
 //!
 //! Files: `state.rs` (the types), `apply.rs` (the state transitions), `authorize.rs`
-//! (what a member may propose), `identity.rs` (the cluster and store ids), `sessions.rs` (which process may open a session), `pool.rs` (counts over a node's instance pool: plugin
+//! (what a member may propose), `identity.rs` (the cluster and store ids), `once.rs` (stamped commands, applied once), `sessions.rs` (which process may open a session), `pool.rs` (counts over a node's instance pool: plugin
 //! footprints and node capacity).
 
 mod apply;
 mod authorize;
 mod identity;
+mod once;
 mod pool;
 mod sessions;
 mod state;
 
 pub use authorize::authorize;
 pub use identity::{ClusterCell, ClusterId, Process, StoreId};
+pub use once::MAX_ANSWERS;
 pub use pool::{Dimension, Pool, thousands};
 pub use state::*;

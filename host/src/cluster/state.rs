@@ -51,6 +51,28 @@ pub struct Cluster {
     /// (`raft/format.rs` migrates by appending a 0).
     #[serde(default)]
     pub version: u32,
+    /// The answers to each member's recent stamped commands ([`Proposal::Stamped`]), by
+    /// member name: a command proposed again (a retry after an answer that did not say
+    /// whether it was appended) is answered from here instead of applied twice
+    /// (`once.rs`). Last, and left out of snapshot images and state hashes while empty
+    /// (as it is until the cluster's version allows stamps: [`Cluster::encode`]), so
+    /// that a state without any is byte for byte what 0.2.0 writes and hashes, and
+    /// builds of both versions read each other's snapshots.
+    #[serde(default)]
+    pub applied: BTreeMap<String, Applied>,
+}
+
+/// One member's run's recent stamped commands and their answers (`once.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The run whose commands these are: a command of a newer run (or of another store
+    /// under the member's name) starts afresh; one of an older run is refused.
+    pub run: super::Process,
+    /// Every sequence number below this one the run has settled (answered, or given up
+    /// on): its answer is forgotten, and a command that arrives with it is refused.
+    pub low: u64,
+    /// The answer to each sequence number applied at or above `low`.
+    pub answers: BTreeMap<u64, Response>,
 }
 
 /// Which process opened a member's session, and whether a newer run of its store has
@@ -226,6 +248,26 @@ pub enum Proposal {
         by: String,
         commands: Vec<Command>,
     },
+    /// Commands that member `member`'s run `run` numbered (`seq`, one each): each is
+    /// applied once, and the same number again is answered with the first answer
+    /// (`once.rs`). `low` is the run's lowest number still waiting for an answer. The
+    /// leader's own proposals are this; one a member sends becomes a
+    /// [`Proposal::StampedFrom`]. Proposed only from cluster version
+    /// [`crate::version::STAMPS`] on, which a build before it cannot read.
+    Stamped {
+        member: String,
+        run: super::Process,
+        low: u64,
+        commands: Vec<(u64, Command)>,
+    },
+    /// Stamped commands a member sent the leader: applied with that member's rights, as
+    /// [`Proposal::BatchFrom`].
+    StampedFrom {
+        by: String,
+        run: super::Process,
+        low: u64,
+        commands: Vec<(u64, Command)>,
+    },
 }
 
 impl Proposal {
@@ -233,13 +275,16 @@ impl Proposal {
     /// highest, for a batch). Only the leader's own proposals count: a member's is
     /// forbidden, and changes nothing (`authorize.rs`).
     pub fn raises_to(&self) -> Option<u32> {
-        let commands: &[Command] = match self {
-            Proposal::One(command) => std::slice::from_ref(command),
-            Proposal::Batch(commands) => commands,
-            Proposal::OneFrom { .. } | Proposal::BatchFrom { .. } => &[],
+        let commands: Vec<&Command> = match self {
+            Proposal::One(command) => vec![command],
+            Proposal::Batch(commands) => commands.iter().collect(),
+            Proposal::Stamped { commands, .. } => commands.iter().map(|(_, c)| c).collect(),
+            Proposal::OneFrom { .. }
+            | Proposal::BatchFrom { .. }
+            | Proposal::StampedFrom { .. } => Vec::new(),
         };
         commands
-            .iter()
+            .into_iter()
             .filter_map(|c| match c {
                 Command::RaiseVersion { to } => Some(*to),
                 _ => None,
@@ -247,10 +292,30 @@ impl Proposal {
             .max()
     }
 
+    /// Whether this is stamped: it needs cluster version [`crate::version::STAMPS`].
+    pub fn is_stamped(&self) -> bool {
+        matches!(
+            self,
+            Proposal::Stamped { .. } | Proposal::StampedFrom { .. }
+        )
+    }
+
     /// The same commands, marked as proposed by member `by`. `None` for a proposal that is
-    /// marked already: a member cannot name the proposer itself.
+    /// marked already, or stamped with another member's name: a member cannot name the
+    /// proposer itself.
     pub fn from_member(self, by: &str) -> Option<Proposal> {
         match self {
+            Proposal::Stamped {
+                member,
+                run,
+                low,
+                commands,
+            } => (member == by).then(|| Proposal::StampedFrom {
+                by: member,
+                run,
+                low,
+                commands,
+            }),
             Proposal::One(command) => Some(Proposal::OneFrom {
                 by: by.to_owned(),
                 command,
@@ -259,7 +324,9 @@ impl Proposal {
                 by: by.to_owned(),
                 commands,
             }),
-            Proposal::OneFrom { .. } | Proposal::BatchFrom { .. } => None,
+            Proposal::OneFrom { .. }
+            | Proposal::BatchFrom { .. }
+            | Proposal::StampedFrom { .. } => None,
         }
     }
 }
@@ -423,6 +490,16 @@ pub enum Response {
 }
 
 impl Outcome {
+    /// One answer as [`Outcome::One`], any other number as a batch's: the shape the
+    /// proposer of that many commands expects (`raft/propose.rs`).
+    pub fn of(mut answers: Vec<Response>) -> Outcome {
+        if answers.len() == 1 {
+            Outcome::One(answers.pop().expect("one answer"))
+        } else {
+            Outcome::Batch(answers)
+        }
+    }
+
     /// The answers, in order.
     pub fn responses(&self) -> impl Iterator<Item = &Response> {
         match self {
@@ -472,6 +549,19 @@ impl Handover {
 }
 
 impl Cluster {
+    /// The state's postcard encoding as snapshot images end with it and replicas hash it
+    /// (`raft/state_machine.rs`, `raft/checksums.rs`): [`Cluster::applied`] is left out
+    /// while empty, so the bytes are those of a build before it. An empty map is one
+    /// zero byte, its length, and it is the last field.
+    pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        let mut bytes = postcard::to_allocvec(self)?;
+        if self.applied.is_empty() {
+            let length = bytes.pop();
+            debug_assert_eq!(length, Some(0), "an empty map's length, last");
+        }
+        Ok(bytes)
+    }
+
     /// The slot `(resource, slot)`, if granted.
     pub fn slot(&self, resource: &str, slot: u32) -> Option<&Slot> {
         self.resources.get(resource)?.get(&slot)

@@ -191,8 +191,8 @@ pub(crate) fn commands() -> Vec<Command> {
             ended: Some(3),
         },
         // 22
-        Command::RaiseVersion { to: 7 },
-        // 23: applied (the version is 7 now), so its answer is `done`.
+        Command::RaiseVersion { to: 8 },
+        // 23: applied (the version is 8 now), so its answer is `done`.
         Command::Probe { node: "n1".into() },
     ]
 }
@@ -203,10 +203,28 @@ const CLUSTER_ID: ClusterId = ClusterId::from_bytes([
 ]);
 
 /// The cluster after [`commands`] (each applied alone at its index, in term 3), and the
-/// answers, checked so that the samples stay states `apply` reaches.
+/// answers, checked so that the samples stay states `apply` reaches; then the stamped
+/// proposal of [`proposals`], so that the state holds stamped answers.
 pub(crate) fn cluster() -> Cluster {
-    cluster_after(commands().len())
+    let mut cluster = cluster_after(commands().len());
+    let index = commands().len() as u64 + 1;
+    let (_, stamped) = proposals().remove(4);
+    let outcome = cluster.apply_proposal(index, 3, stamped);
+    assert!(
+        !outcome.responses().any(|r| matches!(
+            r,
+            Response::Refused(_) | Response::Stale | Response::Forbidden(_)
+        )),
+        "the stamped sample was not applied: {outcome:?}"
+    );
+    cluster
 }
+
+/// The run of the samples' stamped proposals.
+const RUN: Process = Process {
+    store: StoreId::from_bytes([0x5b; 16]),
+    incarnation: 1_767_225_600_000_000,
+};
 
 /// The cluster after the first `n` of [`commands`]: the samples of an older format, which
 /// had fewer kinds (`raft/format_tests.rs`).
@@ -256,7 +274,41 @@ pub(crate) fn proposals() -> Vec<(&'static str, Proposal)> {
             "batch-from",
             Proposal::BatchFrom {
                 by: "n2".into(),
-                commands: two,
+                commands: two.clone(),
+            },
+        ),
+        (
+            "stamped",
+            Proposal::Stamped {
+                member: "n1".into(),
+                run: RUN,
+                low: 7,
+                commands: vec![
+                    (
+                        7,
+                        Command::SetDraining {
+                            node: "n1".into(),
+                            draining: true,
+                        },
+                    ),
+                    (
+                        9,
+                        Command::Join {
+                            node: "n3".into(),
+                            addr: "10.0.0.3:7400".into(),
+                            labels: BTreeMap::new(),
+                        },
+                    ),
+                ],
+            },
+        ),
+        (
+            "stamped-from",
+            Proposal::StampedFrom {
+                by: "n2".into(),
+                run: RUN,
+                low: 300,
+                commands: vec![(301, two[0].clone())],
             },
         ),
     ]
@@ -352,7 +404,11 @@ type AdminValues = (
 );
 
 fn admin_values() -> AdminValues {
-    let cluster = cluster();
+    // The state the admin samples were recorded from (admin 8): the commands' state
+    // before the stamped sample, at version 7 (the samples raised it to 7 then). The
+    // status view shows neither the stamped answers nor anything else new.
+    let mut cluster = cluster_after(commands().len());
+    cluster.version = 7;
     let raft = RaftView {
         node: "n1".into(),
         leader: Some("n1".into()),

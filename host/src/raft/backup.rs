@@ -112,10 +112,15 @@ impl Control {
                 .filter_map(|id| membership.get_node(&id).map(|p| p.name.clone()))
                 .collect()
         };
+        let image = Image::decode(&stored.data).ok();
         Ok(Taken {
             header: Header {
                 file_format: FILE_FORMAT,
-                store_format: super::STORE_FORMAT,
+                // The format of the image as the cluster's version has it: format 5 until
+                // version 7, so that 0.2.0 restores a backup taken before the raise.
+                store_format: super::format::format_for(
+                    image.as_ref().map_or(0, |image| image.cluster.version),
+                ),
                 index: last.map_or(0, |l| l.index),
                 term: last.map_or(0, |l| l.leader_id.term),
                 voters,
@@ -125,9 +130,7 @@ impl Control {
                 bytes: stored.data.len() as u64,
                 sha256: sha256(&stored.data),
                 // The image's own (it may predate the `Identify` this replica applied).
-                cluster: db::decode::<Image>(&stored.data)
-                    .ok()
-                    .and_then(|image| image.cluster.id),
+                cluster: image.and_then(|image| image.cluster.id),
             },
             image: stored.data,
         })
@@ -197,7 +200,7 @@ pub(super) fn read_file(path: &Path) -> Result<(Header, Image), String> {
         ));
     }
     let image = super::format::image_from(header.store_format, image);
-    let image: Image =
-        db::decode(&image).map_err(|e| format!("{}: unreadable image: {e}", path.display()))?;
+    let image =
+        Image::decode(&image).map_err(|e| format!("{}: unreadable image: {e}", path.display()))?;
     Ok((header, image))
 }

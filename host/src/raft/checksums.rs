@@ -249,7 +249,7 @@ mod tests {
     use crate::cluster::Cluster;
 
     fn digest(cluster: &Cluster) -> [u8; 32] {
-        Sha256::digest(postcard::to_allocvec(cluster).unwrap()).into()
+        Sha256::digest(cluster.encode().unwrap()).into()
     }
 
     fn h(index: u64, byte: u8) -> Hashed {
@@ -283,7 +283,7 @@ mod tests {
     fn a_replica_hashes_every_sixteenth_index_and_keeps_a_bounded_list_in_order() {
         let sums = Checksums::default();
         let mut cluster = Cluster::default();
-        let encoded = postcard::to_allocvec(&cluster).unwrap();
+        let encoded = cluster.encode().unwrap();
         for index in (1..=EVERY * (KEPT as u64 + 3)).rev() {
             if Checksums::due(index) {
                 sums.record(index, &encoded);

@@ -47,8 +47,26 @@ use redb::{
 
 use super::db::FILE;
 
-/// The store format this build writes.
-pub const STORE_FORMAT: u32 = 5;
+/// The newest store format this build writes: once its replica's cluster runs at
+/// [`crate::version::STAMPS`] or above ([`format_for`]).
+pub const STORE_FORMAT: u32 = 6;
+
+/// The format this build writes while the cluster's version is below
+/// [`crate::version::STAMPS`]. Format 6 adds only what appears from that version on
+/// (stamped log entries, stamped answers in the snapshot image), so until then a store
+/// stays in format 5, which 0.2.0 opens: a node can go back to 0.2.0 during a rolling
+/// upgrade until the cluster's version is raised, and the raise is what moves the store
+/// on (with the record's cluster version, which 0.2.0 refuses anyway).
+pub const BEFORE_STAMPS: u32 = 5;
+
+/// The store format of a replica whose cluster runs at `cluster_version`.
+pub fn format_for(cluster_version: u32) -> u32 {
+    if cluster_version >= crate::version::STAMPS {
+        STORE_FORMAT
+    } else {
+        BEFORE_STAMPS
+    }
+}
 
 /// Every store format this build reads, oldest first, with what it is.
 pub const FORMATS: &[(u32, &str)] = &[
@@ -71,6 +89,10 @@ pub const FORMATS: &[(u32, &str)] = &[
     (
         5,
         "format 4, the cluster version as the snapshot image's last field, the log entries that raise it (`RaiseVersion`) and the version gate's test command (`Probe`), and the cluster version in the format record",
+    ),
+    (
+        6,
+        "format 5, stamped log entries (`Proposal::Stamped`, `StampedFrom`) and the stamped commands' answers as the snapshot image's last field (left out while there are none); written once the cluster's version is 7, a store stays in format 5 until then",
     ),
 ];
 
@@ -223,7 +245,8 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
     check(&found, dir)?;
     match found {
         Found::Absent => Ok(Plan::Create),
-        Found::Record { version, .. } if version == STORE_FORMAT => Ok(Plan::Current),
+        // Format 5 is current too: it becomes 6 when the cluster's version allows stamps.
+        Found::Record { version, .. } if version >= BEFORE_STAMPS => Ok(Plan::Current),
         found => {
             let from = found.version().unwrap_or(STORE_FORMAT);
             let backup = set_aside(dir, from).map_err(|e| FormatError::Unreadable {
@@ -249,6 +272,13 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
 /// - 4 → 5: the image gains the cluster version, 0 (raised by the first leader of the
 ///   upgraded cluster). Log entries need nothing: `RaiseVersion` and `Probe` are new
 ///   command kinds. The record's `cluster_version` key is written when a raise applies.
+/// - 5 → 6: nothing is rewritten: the record says 6 once a raise to
+///   [`crate::version::STAMPS`] applies ([`set_cluster_version`]). The image's stamped
+///   answers are left out while empty, and an image without them reads as having none
+///   (`state_machine::Image::decode`); stamped entries are new proposal kinds.
+///
+/// A new or migrated store is written in [`BEFORE_STAMPS`]: its cluster's version is not
+/// known yet (a restore or a recovery records it with [`set_cluster_version`]).
 pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
     if let Plan::Migrate { from, .. } = plan {
         migrate_snapshot(*from, tx)
@@ -257,7 +287,7 @@ pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
     let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
     if !matches!(plan, Plan::Current) {
         table
-            .insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())
+            .insert(VERSION, BEFORE_STAMPS.to_le_bytes().as_slice())
             .map_err(|e| e.to_string())?;
     }
     table
@@ -300,12 +330,18 @@ pub(crate) fn record_cluster_version(db: &Database, version: u32) -> Result<(), 
     tx.commit().map_err(|e| e.to_string())
 }
 
-/// Writes the record's cluster version in `tx`.
+/// Writes the record's cluster version in `tx`, and the store format that version
+/// allows ([`format_for`]; a format is never lowered).
 pub(crate) fn set_cluster_version(tx: &WriteTransaction, version: u32) -> Result<(), String> {
     let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
     table
         .insert(CLUSTER_VERSION, version.to_le_bytes().as_slice())
         .map_err(|e| e.to_string())?;
+    if format_for(version) == STORE_FORMAT {
+        table
+            .insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 

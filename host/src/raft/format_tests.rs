@@ -93,7 +93,7 @@ async fn the_stores_of_262d90b_are_migrated_once_and_keep_every_value() {
         assert_eq!(
             format::inspect(&dir).unwrap(),
             Found::Record {
-                version: STORE_FORMAT,
+                version: format::BEFORE_STAMPS,
                 writer: format::writer(),
                 cluster_version: 0,
             }
@@ -229,7 +229,10 @@ fn a_store_of_a_cluster_at_a_newer_version_is_refused_and_left_as_it_was() {
     );
     for part in [
         format!("runs at version {newer}"),
-        format!("speaks tenure/{}", crate::version::WIRE_VERSION),
+        format!(
+            "speaks {}",
+            crate::version::describe_window(&crate::version::protocols())
+        ),
         "nothing was changed".to_string(),
     ] {
         assert!(message.contains(&part), "{part:?} not in: {message}");
@@ -247,6 +250,35 @@ fn a_store_of_a_cluster_at_a_newer_version_is_refused_and_left_as_it_was() {
         opened.err()
     );
     assert_eq!(files(dir.path()), before, "the data dir changed");
+}
+
+/// A format-5 store (0.2.0's) is opened as it is, not migrated: nothing is set aside and
+/// its record still says 5, so 0.2.0 can open it again (a rollback during a rolling
+/// upgrade). The raise to the stamps' version moves it to format 6, which 0.2.0 refuses.
+#[test]
+fn a_format_5_store_stays_in_format_5_until_the_cluster_allows_stamps() {
+    let dir = store_of_format(5);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    drop(runtime.block_on(db::open(dir.path())).unwrap());
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|f| f
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".format-")),
+        "nothing set aside"
+    );
+    let version = |dir: &Path| format::inspect(dir).unwrap().version();
+    assert_eq!(version(dir.path()), Some(5));
+    let raise = |to: u32| {
+        let db = Database::open(dir.path().join(db::FILE)).unwrap();
+        format::record_cluster_version(&db, to).unwrap();
+    };
+    raise(crate::version::STAMPS - 1);
+    assert_eq!(version(dir.path()), Some(5));
+    raise(crate::version::STAMPS);
+    assert_eq!(version(dir.path()), Some(STORE_FORMAT));
+    assert_eq!(STORE_FORMAT, 6);
 }
 
 #[test]
@@ -282,7 +314,7 @@ fn a_new_store_is_made_in_the_current_format() {
     assert_eq!(
         format::inspect(dir.path()).unwrap(),
         Found::Record {
-            version: STORE_FORMAT,
+            version: format::BEFORE_STAMPS,
             writer: format::writer(),
             cluster_version: 0,
         }
@@ -294,6 +326,16 @@ fn a_new_store_is_made_in_the_current_format() {
 /// `tests/fixtures/format-N`), read in this build after [`format::image_from`]. Asserts
 /// first that the old bytes do not read as they are (else the migration is pointless).
 fn migrated_fixture(from: u32) -> super::state_machine::Image {
+    let old = fixture_image(from);
+    assert!(
+        super::state_machine::Image::decode(&old).is_err(),
+        "format {from}'s bytes read as they are: the migration would be pointless"
+    );
+    super::state_machine::Image::decode(&format::image_from(from, old)).unwrap()
+}
+
+/// The bytes of `tests/fixtures/format-N/snapshot-image.hex`.
+fn fixture_image(from: u32) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
         "../tests/fixtures/format-{from}/snapshot-image.hex"
     ));
@@ -301,12 +343,29 @@ fn migrated_fixture(from: u32) -> super::state_machine::Image {
         .unwrap()
         .split_whitespace()
         .collect();
-    let old = hex::decode(hex).unwrap();
-    assert!(
-        postcard::from_bytes::<super::state_machine::Image>(&old).is_err(),
-        "format {from}'s bytes read as they are: the migration would be pointless"
+    hex::decode(hex).unwrap()
+}
+
+/// Format 5's image (0.2.0's) is format 6's without stamped answers: this build reads it
+/// as it is, and writes the state back byte for byte, so 0.2.0 reads what this build
+/// writes while the cluster's version is below 7 (snapshots a leader of either build
+/// sends, and the stores a rollback would open) and both hash a state alike.
+#[test]
+fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
+    use super::state_machine::{Image, encode_image};
+    let old = fixture_image(5);
+    let image = Image::decode(&old).unwrap();
+    // Format 5's samples raised the version to 7 (the probe's version then).
+    let mut expected = crate::golden::samples::cluster_after(23);
+    expected.version = 7;
+    assert!(image.cluster.applied.is_empty());
+    assert_eq!(image.cluster, expected);
+    assert_eq!(
+        encode_image(&image.applied, &image.membership, &image.cluster).unwrap(),
+        old
     );
-    postcard::from_bytes(&format::image_from(from, old)).unwrap()
+    // The image ends with the state: a replica hashes the same bytes.
+    assert!(old.ends_with(&image.cluster.encode().unwrap()));
 }
 
 /// Format 2's image reads as the same state, without a cluster id.
@@ -368,7 +427,10 @@ async fn a_raise_this_build_does_not_speak_stops_apply_before_anything_after_it(
         let error = applied.unwrap_err().to_string();
         assert!(
             error.contains(&format!("version is {newer}"))
-                && error.contains(&format!("speaks tenure/{}", crate::version::WIRE_VERSION)),
+                && error.contains(&format!(
+                    "speaks {}",
+                    crate::version::describe_window(&crate::version::protocols())
+                )),
             "{error}"
         );
         let cluster = sm.cluster().read().unwrap().clone();

@@ -44,7 +44,15 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use crate::cluster::Command;
+use crate::cluster::{Command, Process};
+
+/// A command to propose, with its stamp (the proposing run, and the command's number in
+/// it: `stamps.rs`) once the cluster's version allows stamps.
+#[derive(Clone, Debug)]
+pub(super) struct Numbered {
+    pub stamp: Option<(Process, u64)>,
+    pub command: Command,
+}
 
 /// How many proposals (single or combined) one node has in flight at once.
 pub(super) const FORWARDS: usize = 16;
@@ -70,7 +78,7 @@ struct Queue<R> {
 /// A queued command and where its answer goes.
 struct Waiting<R> {
     ticket: u64,
-    command: Command,
+    command: Numbered,
     /// Its proposer's deadline.
     deadline: Instant,
     /// Its encoded size.
@@ -80,7 +88,7 @@ struct Waiting<R> {
 
 /// Commands taken from the queue to be proposed together, and where each answer goes.
 pub(super) struct Taken<R> {
-    pub commands: Vec<Command>,
+    pub commands: Vec<Numbered>,
     /// The latest deadline of the commands taken.
     pub deadline: Option<Instant>,
     answers: Vec<oneshot::Sender<R>>,
@@ -130,7 +138,7 @@ impl<R> Forwards<R> {
     /// and where its answer comes.
     pub(super) fn queue(
         &self,
-        command: Command,
+        command: Numbered,
         size: usize,
         deadline: Instant,
     ) -> (u64, oneshot::Receiver<R>) {
@@ -158,8 +166,10 @@ impl<R> Forwards<R> {
     }
 
     /// Takes the oldest queued commands, at most [`BATCH`] and `max_bytes` together (the
-    /// first whatever its size: each passed the bound of one entry on its own). Commands
-    /// whose proposer stopped waiting are dropped, never sent.
+    /// first whatever its size: each passed the bound of one entry on its own), all
+    /// stamped or all not, as the first (a stamped proposal is one run's; around a raise
+    /// of the cluster's version both kinds may be queued). Commands whose proposer
+    /// stopped waiting are dropped, never sent.
     pub(super) fn take(&self, max_bytes: usize) -> Taken<R> {
         let mut queue = self.lock();
         let mut taken = Taken {
@@ -168,16 +178,20 @@ impl<R> Forwards<R> {
             answers: Vec::new(),
         };
         let mut bytes = 0;
+        let mut stamped = None;
         while let Some(next) = queue.waiting.front() {
+            if next.answer.is_closed() {
+                queue.waiting.pop_front();
+                continue;
+            }
             let full = taken.commands.len() >= BATCH
                 || (!taken.commands.is_empty() && bytes + next.size > max_bytes);
-            if full {
+            let other_kind = *stamped.get_or_insert(next.command.stamp.is_some())
+                != next.command.stamp.is_some();
+            if full || other_kind {
                 break;
             }
             let waiting = queue.waiting.pop_front().expect("the front exists");
-            if waiting.answer.is_closed() {
-                continue;
-            }
             bytes += waiting.size;
             taken.deadline = taken.deadline.max(Some(waiting.deadline));
             taken.commands.push(waiting.command);
@@ -203,11 +217,25 @@ mod tests {
 
     use super::*;
 
-    fn join(node: &str) -> Command {
-        Command::Join {
-            node: node.into(),
-            addr: "a:1".into(),
-            labels: Default::default(),
+    fn join(node: &str) -> Numbered {
+        Numbered {
+            stamp: None,
+            command: Command::Join {
+                node: node.into(),
+                addr: "a:1".into(),
+                labels: Default::default(),
+            },
+        }
+    }
+
+    fn stamped(node: &str, seq: u64) -> Numbered {
+        let run = Process {
+            store: crate::cluster::StoreId::from_bytes([1; 16]),
+            incarnation: 1,
+        };
+        Numbered {
+            stamp: Some((run, seq)),
+            ..join(node)
         }
     }
 
@@ -215,7 +243,7 @@ mod tests {
         taken
             .commands
             .iter()
-            .map(|c| match c {
+            .map(|c| match &c.command {
                 Command::Join { node, .. } => node.clone(),
                 other => panic!("{other:?}"),
             })
@@ -255,6 +283,19 @@ mod tests {
         assert_eq!(forwards.take(usize::MAX).commands.len(), BATCH);
         assert_eq!(forwards.take(usize::MAX).commands.len(), 1);
         drop(receivers);
+    }
+
+    #[test]
+    fn a_batch_is_all_stamped_or_all_not() {
+        let forwards = Forwards::<u32>::default();
+        let now = Instant::now();
+        let _a = forwards.queue(join("a"), 1, now);
+        let _b = forwards.queue(stamped("b", 1), 1, now);
+        let _c = forwards.queue(stamped("c", 2), 1, now);
+        let _d = forwards.queue(join("d"), 1, now);
+        assert_eq!(names(&forwards.take(usize::MAX)), ["a"]);
+        assert_eq!(names(&forwards.take(usize::MAX)), ["b", "c"]);
+        assert_eq!(names(&forwards.take(usize::MAX)), ["d"]);
     }
 
     #[test]

@@ -92,6 +92,18 @@ pub(crate) fn golden_store_samples() -> Vec<Sample> {
     };
     let data = postcard::to_allocvec(&image).unwrap();
     samples.push(Sample::of("snapshot-image", &image));
+    // As written while there are no stamped answers: format 5's bytes
+    // (`format_tests.rs` reads format 5's fixture so).
+    let before = crate::golden::samples::cluster_after(crate::golden::samples::commands().len());
+    samples.push(Sample::raw(
+        "snapshot-image-without-stamps",
+        super::state_machine::encode_image(&image.applied, &image.membership, &before).unwrap(),
+        |bytes| {
+            let image = Image::decode(bytes).map_err(|e| e.to_string())?;
+            super::state_machine::encode_image(&image.applied, &image.membership, &image.cluster)
+                .map_err(|e| e.to_string())
+        },
+    ));
     samples.push(Sample::of(
         "snapshot-stored",
         &Stored {
@@ -215,6 +227,10 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
     samples.push(Sample::of(
         "propose-10-answer-failed",
         &ProposeReply::Failed("raft stopped".into()),
+    ));
+    samples.push(Sample::of(
+        "propose-10-answer-not-yet",
+        &ProposeReply::NotYet("a stamped proposal needs cluster version 7".into()),
     ));
     samples
 }

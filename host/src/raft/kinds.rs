@@ -68,6 +68,10 @@ pub enum ProposeReply {
     Refused(String),
     /// Raft failed while the command was in flight: it may or may not be committed.
     Failed(String),
+    /// Not appended, and may be once the leader has applied what it committed: a
+    /// stamped proposal that reached a leader still below the cluster version that
+    /// allows stamps (the proposer's replica applied the raise first). Retried.
+    NotYet(String),
 }
 
 /// The answer to [`JOIN`].

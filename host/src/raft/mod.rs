@@ -14,7 +14,8 @@
 //! acknowledged), `state_machine.rs` (the applied `Cluster` and snapshots), `network.rs`
 //! and `link.rs` (Raft messages over signed calls; unreachable peers are gated and backed
 //! off), `kinds.rs` (message kinds), `service.rs` (answering them), `propose.rs`
-//! (forwarding commands to the leader), `membership.rs` (joining, promotion),
+//! (forwarding commands to the leader), `stamps.rs` (numbering them, so that a retry
+//! applies once), `membership.rs` (joining, promotion),
 //! `rejoin.rs` (a restarted voter holds its elections until a leader reaches it),
 //! `forming.rs` (a node with a new store takes no part in Raft until the nodes it was
 //! given answer that it is not a member that forgot), `error.rs`.
@@ -71,6 +72,7 @@ mod removed;
 mod rounds;
 mod service;
 mod snapshot_data;
+mod stamps;
 mod state_machine;
 mod types;
 
@@ -84,6 +86,8 @@ mod format_tests;
 mod golden;
 #[cfg(test)]
 mod healing_tests;
+#[cfg(test)]
+mod once_tests;
 #[cfg(test)]
 pub(crate) use golden::{golden_store_samples, golden_wire_samples};
 #[cfg(test)]
@@ -107,7 +111,8 @@ pub use backup::{
 pub use checksums::{DEFAULT_CHECK_EVERY as DEFAULT_REPLICA_CHECK, Hashed, UNSAFE_CORRUPT_REPLICA};
 pub use error::{ControlError, ProposeError};
 pub use format::{
-    FORMATS, FormatError, Found, STORE_FORMAT, check as check_format, inspect as inspect_format,
+    BEFORE_STAMPS, FORMATS, FormatError, Found, STORE_FORMAT, check as check_format,
+    inspect as inspect_format,
 };
 pub use kinds::{
     APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
@@ -360,6 +365,8 @@ pub(crate) struct Shared {
     /// Proposals in flight (at most `forwards::FORWARDS`), and single commands waiting
     /// to be combined into batches.
     forwards: forwards::Forwards<propose::Attempt>,
+    /// This run's command numbers and which are in flight (`stamps.rs`).
+    stamps: stamps::Stamps,
     /// Each peer's reachability, as this node's Raft messages found it (`link.rs`).
     links: network::Links,
     /// Why each member's last voter change was made, as this node made it while leading
@@ -470,6 +477,7 @@ impl Control {
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
             forwards: forwards::Forwards::default(),
+            stamps: stamps::Stamps::default(),
             forming: std::sync::atomic::AtomicBool::new(fresh),
             hold: std::sync::atomic::AtomicBool::new(hold),
             links,

@@ -15,6 +15,16 @@
 //! [`ProposeError::Unknown`], and the caller decides (re-read the state, or resend a
 //! command that is safe to repeat).
 //!
+//! **"Not appended" is not always certain.** openraft 0.9 answers `ForwardToLeader` to a
+//! write whose entry its leader truncated after losing leadership, and a node that holds
+//! a copy of that entry may still commit it. So from cluster version
+//! [`crate::version::STAMPS`] on, every command gets a number of this run's
+//! (`stamps.rs`) before its first attempt and keeps it through its retries
+//! ([`Proposal::Stamped`]); the state machine applies a number once and answers its
+//! copies with the first answer (`cluster/once.rs`). The leader refuses a stamped
+//! proposal while the cluster's version is below it: a member of the older build could
+//! not read it.
+//!
 //! **Single commands proposed at once are combined** into one batch, one log entry
 //! (`forwards.rs`): a command may travel in a batch another proposer on this node sends,
 //! and its answer, or the batch's error, comes back to it from there.
@@ -33,17 +43,22 @@ use tokio::sync::oneshot;
 
 use super::Shared;
 use super::error::ProposeError;
+use super::forwards::Numbered;
 use super::kinds::{PROPOSE, ProposeReply};
 use super::network::resolve;
 use super::refusals::Refusal;
 use super::types::{ClientWriteError, Peer};
-use crate::cluster::{Command, Outcome, Proposal, Response};
+use crate::cluster::{Command, Outcome, Process, Proposal, Response};
 use crate::rpc::RpcError;
 use crate::transport::TransportError;
 
 /// The first wait before retrying; it doubles up to [`MAX_RETRY_WAIT`].
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(20);
 const MAX_RETRY_WAIT: Duration = Duration::from_millis(500);
+
+/// Room left in an entry for a batch's framing: its tag and length, and a stamp's member
+/// name (at most 63 bytes, `pki::validate_name`), run and low, with room to spare.
+const BATCH_FRAMING: usize = 320;
 
 /// One attempt's result.
 pub(super) enum Attempt {
@@ -113,18 +128,53 @@ impl Shared {
         self: &Arc<Self>,
         command: Proposal,
     ) -> Result<Outcome, ProposeError> {
-        let size = self.check_size(&command)?;
+        // Numbered once, before the first attempt: every retry carries the same numbers,
+        // so the state machine applies the command once however many copies reach the
+        // log (`stamps.rs`, `cluster/once.rs`). Settled when this call returns.
         let started = Instant::now();
         let deadline = started + self.options.propose_timeout;
+        let run = self.stamping();
+        let numbers = match run {
+            Some(_) => Some(
+                self.stamps
+                    .take(command_count(&command), deadline)
+                    .await
+                    .ok_or_else(|| {
+                        ProposeError::Refused(format!(
+                            "this node has had commands in flight for {:?} with {} numbered after them, the most the cluster keeps answers for; nothing was proposed",
+                            self.options.propose_timeout,
+                            crate::cluster::MAX_ANSWERS
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let stamps = |low| match (&numbers, run) {
+            (Some(numbers), Some(run)) => self.stamped(&command, run, low, &numbers.seqs),
+            _ => None,
+        };
+        // The bound, on the proposal as it will be sent (a stamp's numbers at their
+        // longest).
+        let size = self.check_size(&stamps(u64::MAX).unwrap_or_else(|| command.clone()))?;
         let mut metrics = self.metrics.clone();
         let mut wait = FIRST_RETRY_WAIT;
         loop {
             let attempt = match &command {
-                Proposal::One(single) => self.combined(single, size, deadline).await,
-                _ => self.alone(&command, deadline).await,
+                Proposal::One(single) => {
+                    let numbered = Numbered {
+                        stamp: run.zip(numbers.as_ref().map(|n| n.seqs[0])),
+                        command: single.clone(),
+                    };
+                    self.combined(numbered, size, deadline).await
+                }
+                _ => {
+                    let stamped = stamps(self.stamps.low());
+                    self.alone(stamped.as_ref().unwrap_or(&command), deadline)
+                        .await
+                }
             };
             let last = match attempt {
-                Attempt::Done(result) => return result,
+                Attempt::Done(result) => return result.map(|o| batch_shaped(o, &command)),
                 Attempt::Retry(why) => why,
             };
             let now = Instant::now();
@@ -160,6 +210,46 @@ impl Shared {
             Attempt::Done(result) => result,
             Attempt::Retry(_) => Err(not_leader()),
         }
+    }
+
+    /// This run, if this node stamps its proposals now: the cluster's version allows
+    /// stamps ([`crate::version::STAMPS`]; a build before it cannot read them) and the
+    /// RPC endpoint, which knows the run's incarnation, is attached.
+    fn stamping(&self) -> Option<Process> {
+        let version = self
+            .cluster_version
+            .load(std::sync::atomic::Ordering::Acquire);
+        if version < crate::version::STAMPS {
+            return None;
+        }
+        let attached = self.endpoint.get()?;
+        Some(Process {
+            store: self.store,
+            incarnation: attached.rpc.incarnation(),
+        })
+    }
+
+    /// `command`'s commands numbered `seqs` by this node's run `run`, whose lowest number
+    /// in flight is `low`; `None` for a proposal of another shape (only `One` and `Batch`
+    /// are proposed through [`Shared::propose`]).
+    fn stamped(
+        &self,
+        command: &Proposal,
+        run: Process,
+        low: u64,
+        seqs: &[u64],
+    ) -> Option<Proposal> {
+        let commands: Vec<Command> = match command {
+            Proposal::One(one) => vec![one.clone()],
+            Proposal::Batch(commands) => commands.clone(),
+            _ => return None,
+        };
+        Some(Proposal::Stamped {
+            member: self.name.clone(),
+            run,
+            low,
+            commands: seqs.iter().copied().zip(commands).collect(),
+        })
     }
 
     /// Refuses a proposal larger than one entry may be; its encoded size.
@@ -200,11 +290,11 @@ impl Shared {
     /// in a batch of our own once a slot is free. Answered by `deadline` in either case.
     async fn combined(
         self: &Arc<Self>,
-        command: &Command,
+        command: Numbered,
         size: usize,
         deadline: Instant,
     ) -> Attempt {
-        let (ticket, mut answered) = self.forwards.queue(command.clone(), size, deadline);
+        let (ticket, mut answered) = self.forwards.queue(command, size, deadline);
         // Whatever ends this wait (an answer, the deadline, the caller giving up), a
         // command still queued is taken back and never sent.
         let _withdraw = Withdraw {
@@ -239,10 +329,11 @@ impl Shared {
                 }
                 return taken_in(answered).await;
             };
-            // A batch's own framing (its tag and length) is left room for.
+            // A batch's own framing (its tag and length, and a stamp's member, run and
+            // low) is left room for.
             let mut taken = self
                 .forwards
-                .take(self.options.max_command().saturating_sub(16));
+                .take(self.options.max_command().saturating_sub(BATCH_FRAMING));
             let Some(batch_deadline) = taken.deadline else {
                 // Another proposer took ours; nothing is left to send.
                 drop(slot);
@@ -255,14 +346,32 @@ impl Shared {
                 let _slot = slot;
                 let commands = std::mem::take(&mut taken.commands);
                 let count = commands.len();
-                let proposal = match <[Command; 1]>::try_from(commands) {
-                    Ok([one]) => Proposal::One(one),
-                    Err(commands) => Proposal::Batch(commands),
-                };
+                let proposal = shared.batch(commands);
                 let attempt = shared.attempt(&proposal, batch_deadline).await;
                 let attempt = attempt.checked(count);
                 taken.answer(|i| attempt.part(i));
             });
+        }
+    }
+
+    /// The proposal of combined commands: all stamped by this run, or none
+    /// (`forwards.rs` takes them so).
+    fn batch(&self, commands: Vec<Numbered>) -> Proposal {
+        if let Some((run, _)) = commands.first().and_then(|c| c.stamp) {
+            return Proposal::Stamped {
+                member: self.name.clone(),
+                run,
+                low: self.stamps.low(),
+                commands: commands
+                    .into_iter()
+                    .filter_map(|c| Some((c.stamp?.1, c.command)))
+                    .collect(),
+            };
+        }
+        let commands: Vec<Command> = commands.into_iter().map(|c| c.command).collect();
+        match <[Command; 1]>::try_from(commands) {
+            Ok([one]) => Proposal::One(one),
+            Err(commands) => Proposal::Batch(commands),
         }
     }
 
@@ -287,12 +396,21 @@ impl Shared {
     }
 
     /// Sends the command to `leader`.
-    async fn forward(&self, leader: &Peer, command: &Proposal, deadline: Instant) -> Attempt {
+    pub(super) async fn forward(
+        &self,
+        leader: &Peer,
+        command: &Proposal,
+        deadline: Instant,
+    ) -> Attempt {
         let Some(attached) = self.endpoint.get() else {
             return Attempt::Done(Err(ProposeError::Stopped(
                 "the RPC endpoint is not attached".into(),
             )));
         };
+        #[cfg(test)]
+        if super::network::dropped(&attached.me.addr, &leader.addr, PROPOSE) {
+            return Attempt::Retry("dropped by the test".into());
+        }
         let addr = match resolve(&leader.addr).await {
             Ok(addr) => addr,
             Err(e) => return Attempt::Retry(e),
@@ -343,6 +461,7 @@ impl Shared {
                 }
                 Ok(ProposeReply::Refused(m)) => Attempt::Done(Err(ProposeError::Refused(m))),
                 Ok(ProposeReply::Failed(m)) => Attempt::Done(Err(ProposeError::Unknown(m))),
+                Ok(ProposeReply::NotYet(m)) => Attempt::Retry(m),
                 Err(e) => Attempt::Done(Err(ProposeError::Unknown(format!(
                     "unreadable answer from {leader}: {e}"
                 )))),
@@ -375,8 +494,17 @@ impl Shared {
         if !self.is_member(from) {
             return ProposeReply::Refused(format!("{from} is not a member of the Raft group"));
         }
+        // Whose proposal it is, before anything else: a member that stamps as another is
+        // refused and counted.
+        let stamped_as = match &command {
+            Proposal::Stamped { member, .. } if member != from => Some(member.clone()),
+            _ => None,
+        };
         let Some(marked) = command.from_member(from) else {
-            let error = format!("{from} sent a proposal that names its proposer");
+            let error = match stamped_as {
+                Some(member) => format!("{from} sent a proposal stamped as {member}'s"),
+                None => format!("{from} sent a proposal that names its proposer"),
+            };
             self.refusals.record(Refusal::Forbidden, from, &error);
             return ProposeReply::Refused(error);
         };
@@ -384,6 +512,20 @@ impl Shared {
             return ProposeReply::NotLeader {
                 leader: self.leader().map(|(_, p)| p),
             };
+        }
+        // A stamped proposal before the cluster's version allows it would reach members
+        // whose build cannot read it: not appended. An honest member stamps once its own
+        // replica applied the raise, which may be before this leader did (a new leader
+        // still applying what it committed): it retries.
+        let version = self
+            .cluster_version
+            .load(std::sync::atomic::Ordering::Acquire);
+        if marked.is_stamped() && version < crate::version::STAMPS {
+            return ProposeReply::NotYet(format!(
+                "a stamped proposal needs cluster version {}; {} has applied {version} so far",
+                crate::version::STAMPS,
+                self.name
+            ));
         }
         let write = self.raft.client_write(marked);
         match tokio::time::timeout(self.options.propose_timeout, write).await {
@@ -404,6 +546,26 @@ impl Shared {
             Ok(Err(OpenRaftError::APIError(e))) => ProposeReply::Refused(e.to_string()),
             Ok(Err(OpenRaftError::Fatal(f))) => ProposeReply::Failed(f.to_string()),
             Err(_) => ProposeReply::Failed("appended but not committed within the bound".into()),
+        }
+    }
+}
+
+/// `outcome` in the shape `command` expects: a batch is answered with a batch, even of
+/// one command (a stamped proposal of one command is answered as one: `Outcome::of`).
+fn batch_shaped(outcome: Outcome, command: &Proposal) -> Outcome {
+    match (outcome, command) {
+        (Outcome::One(answer), Proposal::Batch(_)) => Outcome::Batch(vec![answer]),
+        (outcome, _) => outcome,
+    }
+}
+
+/// How many commands a proposal holds.
+fn command_count(command: &Proposal) -> usize {
+    match command {
+        Proposal::One(_) | Proposal::OneFrom { .. } => 1,
+        Proposal::Batch(commands) | Proposal::BatchFrom { commands, .. } => commands.len(),
+        Proposal::Stamped { commands, .. } | Proposal::StampedFrom { commands, .. } => {
+            commands.len()
         }
     }
 }

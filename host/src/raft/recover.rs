@@ -196,11 +196,8 @@ fn rewrite(
     );
     let membership = StoredMembership::new(Some(log_id), only_me);
     let cluster_version = cluster.version;
-    let data = encode(&Image {
-        applied: Some(log_id),
-        membership: membership.clone(),
-        cluster,
-    })?;
+    let data = super::state_machine::encode_image(&Some(log_id), &membership, &cluster)
+        .map_err(|e| redb::Error::Corrupted(format!("cannot encode the snapshot: {e}")))?;
     let stored = Stored {
         meta: SnapshotMeta {
             last_log_id: Some(log_id),
@@ -294,7 +291,8 @@ fn read(db: &Database) -> Result<Contents, redb::Error> {
     let image = match snapshot.get(CURRENT)? {
         Some(value) => {
             let stored: Stored = decode(value.value())?;
-            decode::<Image>(&stored.data)?
+            Image::decode(&stored.data)
+                .map_err(|e| redb::Error::Corrupted(format!("unreadable snapshot: {e}")))?
         }
         None => Image {
             applied: None,

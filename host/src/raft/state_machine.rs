@@ -73,6 +73,49 @@ pub(super) struct Image {
     pub(super) cluster: Cluster,
 }
 
+/// Encodes an image as [`Cluster::encode`] ends it: without the stamped answers while
+/// there are none, so that builds before them read it and [`Image::decode`] reads it back.
+pub(super) fn encode_image(
+    applied: &Option<LogId>,
+    membership: &StoredMembership,
+    cluster: &Cluster,
+) -> Result<Vec<u8>, postcard::Error> {
+    let mut bytes = postcard::to_allocvec(&ImageRef {
+        applied,
+        membership,
+        cluster,
+    })?;
+    if cluster.applied.is_empty() {
+        let length = bytes.pop();
+        debug_assert_eq!(length, Some(0), "an empty map's length, last");
+    }
+    Ok(bytes)
+}
+
+impl Image {
+    /// Decodes an image. One that ends where [`Cluster::applied`] would begin has no
+    /// stamped answers: the field is left out of the encoding while empty
+    /// (`cluster/state.rs`), and builds before it never wrote it, so an image without it
+    /// is read the same from this build's store, an older build's, a leader of either
+    /// build, or a backup.
+    pub(super) fn decode(bytes: &[u8]) -> Result<Image, postcard::Error> {
+        match postcard::from_bytes(bytes) {
+            Err(postcard::Error::DeserializeUnexpectedEnd) => {
+                let mut with_none = bytes.to_vec();
+                with_none.push(0);
+                let image: Image = postcard::from_bytes(&with_none)?;
+                // Only an image that ended exactly where the answers begin: written
+                // back, it is the same bytes (a truncated one is not).
+                match encode_image(&image.applied, &image.membership, &image.cluster) {
+                    Ok(again) if again == bytes => Ok(image),
+                    _ => Err(postcard::Error::DeserializeUnexpectedEnd),
+                }
+            }
+            decoded => decoded,
+        }
+    }
+}
+
 /// [`Image`] borrowing the cluster, to serialize it under the read lock without a copy
 /// (the same postcard layout).
 #[derive(Serialize)]
@@ -100,7 +143,8 @@ impl StateMachine {
         let stored = load(&db)?;
         let (applied, membership, cluster) = match stored {
             Some(stored) => {
-                let image: Image = db::decode(&stored.data)?;
+                let image = Image::decode(&stored.data)
+                    .map_err(|e| db::read(format!("cannot decode the stored snapshot: {e}")))?;
                 (image.applied, image.membership, image.cluster)
             }
             None => (None, StoredMembership::default(), Cluster::default()),
@@ -287,7 +331,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     cluster.state.clear();
                 }
                 if Checksums::due(log_id.index)
-                    && let Ok(encoded) = db::encode(&*cluster)
+                    && let Ok(encoded) = cluster.encode()
                 {
                     to_hash.push((log_id.index, encoded));
                 }
@@ -327,11 +371,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // whatever is applied while it is being written.
         let data = {
             let cluster = self.cluster.read().unwrap_or_else(PoisonError::into_inner);
-            db::encode(&ImageRef {
-                applied: &self.applied,
-                membership: &self.membership,
-                cluster: &cluster,
-            })
+            encode_image(&self.applied, &self.membership, &cluster)
+                .map_err(|e| db::write(format!("cannot encode the snapshot: {e}")))
         };
         Builder {
             db: self.db.clone(),
@@ -353,7 +394,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = snapshot.into_inner();
         // A leader of a newer build may send an image this build cannot read (the
         // cluster's version was raised past it): said, rather than a bare decode error.
-        let image: Image = db::decode(&data).map_err(|e| {
+        let image = Image::decode(&data).map_err(|e| {
             db::read(format!(
                 "{e}: the leader's snapshot may be of a newer build than this one (which speaks {}); run a build that speaks the cluster's version on this node (README, \"Upgrading\")",
                 crate::version::describe_window(&crate::version::protocols())

@@ -74,6 +74,11 @@ impl Rpc {
         })
     }
 
+    /// This run's incarnation, as its envelopes carry it.
+    pub fn incarnation(&self) -> u64 {
+        self.core.sealer.incarnation()
+    }
+
     /// Calls node `peer` at `addr` with a message of `kind` and returns the payload of its
     /// verified answer.
     pub async fn call(

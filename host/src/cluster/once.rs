@@ -1,0 +1,357 @@
+//! Stamped commands: each applied once, however often it is proposed (issue 24 item 8).
+//!
+//! A proposer retries a command that it knows was not appended (`raft/propose.rs`). One
+//! answer does not know that for sure: openraft 0.9 answers `ForwardToLeader` to a write
+//! its leader appended and then lost leadership over, and a follower that already holds
+//! that entry may become leader and commit it (the Raft paper's figure 8). The retry is
+//! then a second copy of a command that is applied anyway. Most commands are fenced or
+//! idempotent; an `OpenSession` (a second session, vacating the first one's slots) or a
+//! plugin's `SaveState` with another save in between are not.
+//!
+//! So, from cluster version [`crate::version::STAMPS`] on, a node numbers every command
+//! it proposes through `propose` (sessions, grants, releases, saves, expiries, adverts;
+//! one sequence per run of the node, from 1) and keeps the number across its retries
+//! ([`super::Proposal::Stamped`]). The state machine keeps, per member, the run's answers
+//! to the numbers it applied ([`super::Applied`], in snapshots too) and answers a number
+//! it has seen with the first answer, changing nothing. Batches commit out of order, so
+//! the answers are a set, not a counter. Only answers of commands that changed the state
+//! are kept (`keep_answer` says why). They are forgotten below `low`, the run's lowest
+//! number still in flight when it proposed: the proposer has its answer, or stopped
+//! waiting for it. A command that arrives with a forgotten number is refused, never
+//! applied, so a copy that commits after its proposer stopped waiting changes nothing
+//! either. A cap bounds a member that never raises `low`.
+//!
+//! What an operator's request proposes on the leader (`propose_here`: revoke, remove,
+//! drain, the version raise) is not numbered: it is not retried, and an operator who
+//! sends a request again sends a new command.
+//!
+//! A run is a process ([`super::Process`]: the store and its incarnation). A newer run, or
+//! another store under the member's name (a wiped node), starts a fresh record; a command
+//! of an older run of the same store is refused: that run has ended (its session was
+//! superseded), and its record is gone. A removed member's record goes with it.
+
+use std::collections::BTreeMap;
+
+use super::{Applied, Cluster, Command, Process, Response};
+
+/// Most answers kept per member. A proposer never has more numbers in flight
+/// (`raft/stamps.rs` waits for room), so an honest run's answers are never cut; the cap
+/// bounds a member that never raises `low`: its lowest answers are forgotten, as if `low`
+/// had passed them.
+pub const MAX_ANSWERS: usize = 10_000;
+
+/// What a stamped command meets: its first application, or a repeat.
+enum Seen {
+    New,
+    Repeat(Response),
+    Refused(String),
+}
+
+impl Cluster {
+    /// Applies `commands`, numbered by `member`'s run `run` (`low`: its lowest number in
+    /// flight), each once; `from` is the member whose rights apply (`None`: the leader's
+    /// own proposal).
+    pub(super) fn apply_stamped(
+        &mut self,
+        index: u64,
+        term: u64,
+        stamp: (&str, Process, u64),
+        from: Option<&str>,
+        commands: Vec<(u64, Command)>,
+    ) -> Vec<Response> {
+        let (member, run, low) = stamp;
+        // Once per entry, before its commands: every command of the entry meets the same
+        // rule, wherever it sits in the entry.
+        if let Some(record) = self.applied.get_mut(member).filter(|r| r.run == run) {
+            record.low = record.low.max(low);
+            record.answers = record.answers.split_off(&record.low);
+        }
+        commands
+            .into_iter()
+            .map(|(seq, command)| match self.seen(member, run, seq) {
+                Seen::Repeat(answer) => answer,
+                Seen::Refused(why) => Response::Refused(why),
+                Seen::New => {
+                    let answer = match from {
+                        Some(by) => self.apply_from(by, index, term, command),
+                        None => self.apply(index, term, command),
+                    };
+                    self.keep_answer(member, run, low, seq, &answer);
+                    answer
+                }
+            })
+            .collect()
+    }
+
+    /// Whether `member`'s run `run` had number `seq` applied. Reads only: a record is
+    /// made or replaced when an answer is kept.
+    fn seen(&self, member: &str, run: Process, seq: u64) -> Seen {
+        let Some(record) = self.applied.get(member) else {
+            return Seen::New;
+        };
+        if record.run != run {
+            if record.run.store == run.store && run.incarnation < record.run.incarnation {
+                return Seen::Refused(format!(
+                    "a command of an earlier run of {member} (incarnation {}): incarnation {} has proposed since, so that run has ended",
+                    run.incarnation, record.run.incarnation
+                ));
+            }
+            return Seen::New;
+        }
+        if let Some(answer) = record.answers.get(&seq) {
+            return Seen::Repeat(answer.clone());
+        }
+        if seq < record.low {
+            return Seen::Refused(format!(
+                "command {seq} of {member}'s run arrived after its proposer settled every command below {}: it was answered, or given up on, and is not applied now",
+                record.low
+            ));
+        }
+        Seen::New
+    }
+
+    /// Keeps `answer` for `seq` (a record of another run gives way to this one's).
+    ///
+    /// Only answers of a command that changed the state are kept: one refused, stale or
+    /// forbidden changed nothing, so applying a copy of it is no second application (the
+    /// copy meets the state as it is then), and keeping nothing for it leaves a member no
+    /// way to fill the replicated state with its own error messages. Their answers are
+    /// fixed-size (`Done`, a session, a grant), so a record is at most [`MAX_ANSWERS`]
+    /// small entries.
+    fn keep_answer(&mut self, member: &str, run: Process, low: u64, seq: u64, answer: &Response) {
+        if matches!(
+            answer,
+            Response::Refused(_) | Response::Stale | Response::Forbidden(_)
+        ) {
+            return;
+        }
+        let record = self
+            .applied
+            .entry(member.to_string())
+            .or_insert_with(|| Applied {
+                run,
+                low,
+                answers: BTreeMap::new(),
+            });
+        if record.run != run {
+            *record = Applied {
+                run,
+                low,
+                answers: BTreeMap::new(),
+            };
+        }
+        record.answers.insert(seq, answer.clone());
+        while record.answers.len() > MAX_ANSWERS {
+            let (lowest, _) = record.answers.pop_first().expect("not empty");
+            record.low = lowest + 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Proposal, StoreId};
+    use crate::golden::samples;
+
+    fn run(store: u8, incarnation: u64) -> Process {
+        Process {
+            store: StoreId::from_bytes([store; 16]),
+            incarnation,
+        }
+    }
+
+    fn stamped(member: &str, run: Process, low: u64, commands: Vec<(u64, Command)>) -> Proposal {
+        Proposal::Stamped {
+            member: member.into(),
+            run,
+            low,
+            commands,
+        }
+    }
+
+    fn answers(outcome: crate::cluster::Outcome) -> Vec<Response> {
+        outcome.responses().cloned().collect()
+    }
+
+    /// Every command kind, applied once stamped and then again with the same number (a
+    /// later entry): the second answer is the first, and the state is as after the
+    /// first. The kinds come in the golden samples' order, which applies each cleanly on
+    /// the state the ones before it built (a member with a session, a granted slot), so
+    /// each first application changes something.
+    #[test]
+    fn every_command_kind_applied_twice_changes_the_state_once() {
+        let mut cluster = Cluster::default();
+        let me = run(1, 5);
+        for (i, command) in samples::commands().into_iter().enumerate() {
+            let seq = i as u64 + 1;
+            let kind = format!("{command:?}");
+            let probe = matches!(command, Command::Probe { .. });
+            let before = cluster.clone();
+            let first = cluster.apply_proposal(
+                seq,
+                3,
+                stamped("n1", me, seq, vec![(seq, command.clone())]),
+            );
+            assert!(
+                !matches!(
+                    &answers(first.clone())[..],
+                    [Response::Refused(_) | Response::Stale]
+                ),
+                "{kind}: {first:?}"
+            );
+            let mut changed = cluster.clone();
+            changed.applied = before.applied.clone();
+            // The version gate's probe only answers.
+            if !probe {
+                assert_ne!(changed, before, "{kind} changed nothing the first time");
+            }
+            let after_first = cluster.clone();
+            let again =
+                cluster.apply_proposal(1000 + seq, 4, stamped("n1", me, seq, vec![(seq, command)]));
+            assert_eq!(answers(again), answers(first), "{kind}");
+            assert_eq!(
+                cluster, after_first,
+                "{kind} applied twice changed the state"
+            );
+        }
+        // Without stamps the same commands do apply twice: a session opened twice is two
+        // sessions (the repeat vacates the first one's slots).
+        let open = Command::OpenSession {
+            node: "n2".into(),
+            at_ms: 1,
+        };
+        let mut plain = Cluster::default();
+        plain.apply(
+            1,
+            1,
+            Command::Join {
+                node: "n2".into(),
+                addr: "a:1".into(),
+                labels: Default::default(),
+            },
+        );
+        assert_eq!(plain.apply(2, 1, open.clone()), Response::Session(2));
+        assert_eq!(plain.apply(3, 1, open), Response::Session(3));
+    }
+
+    #[test]
+    fn answers_are_forgotten_below_low_and_a_late_copy_is_refused() {
+        let mut cluster = Cluster::default();
+        let me = run(1, 5);
+        let join = |n: &str| Command::Join {
+            node: n.into(),
+            addr: "a:1".into(),
+            labels: Default::default(),
+        };
+        // Out of order, as batches commit: 3 then 1 then 2.
+        for seq in [3, 1, 2] {
+            cluster.apply_proposal(seq, 1, stamped("n1", me, 1, vec![(seq, join("x"))]));
+        }
+        assert_eq!(
+            cluster.applied["n1"]
+                .answers
+                .keys()
+                .copied()
+                .collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        // The run settled everything below 3.
+        cluster.apply_proposal(9, 1, stamped("n1", me, 3, vec![(4, join("y"))]));
+        assert_eq!(
+            cluster.applied["n1"]
+                .answers
+                .keys()
+                .copied()
+                .collect::<Vec<_>>(),
+            [3, 4]
+        );
+        let late = cluster.apply_proposal(10, 1, stamped("n1", me, 3, vec![(2, join("late"))]));
+        assert!(
+            matches!(&answers(late)[..], [Response::Refused(m)] if m.contains("settled")),
+            "a copy below low is refused"
+        );
+        assert!(!cluster.members.contains_key("late"));
+    }
+
+    #[test]
+    fn a_newer_run_starts_afresh_and_an_older_one_is_refused() {
+        let mut cluster = Cluster::default();
+        let join = |n: &str| Command::Join {
+            node: n.into(),
+            addr: "a:1".into(),
+            labels: Default::default(),
+        };
+        cluster.apply_proposal(1, 1, stamped("n1", run(1, 5), 1, vec![(1, join("a"))]));
+        // The next run numbers from 1 again: a new command, applied.
+        cluster.apply_proposal(2, 1, stamped("n1", run(1, 6), 1, vec![(1, join("b"))]));
+        assert!(cluster.members.contains_key("b"));
+        let old = cluster.apply_proposal(3, 1, stamped("n1", run(1, 5), 1, vec![(2, join("c"))]));
+        assert!(matches!(&answers(old)[..], [Response::Refused(m)] if m.contains("earlier run")));
+        assert!(!cluster.members.contains_key("c"));
+        // Another store under the name (a wiped node) is another run, whatever its
+        // incarnation.
+        cluster.apply_proposal(4, 1, stamped("n1", run(2, 1), 1, vec![(1, join("d"))]));
+        assert!(cluster.members.contains_key("d"));
+        assert_eq!(cluster.applied["n1"].run, run(2, 1));
+    }
+
+    #[test]
+    fn the_record_is_bounded_and_a_removed_member_takes_its_record_along() {
+        let mut cluster = Cluster::default();
+        let me = run(1, 5);
+        let join = Command::Join {
+            node: "n9".into(),
+            addr: "a:1".into(),
+            labels: Default::default(),
+        };
+        let commands: Vec<(u64, Command)> = (1..=MAX_ANSWERS as u64 + 5)
+            .map(|seq| (seq, join.clone()))
+            .collect();
+        cluster.apply_proposal(1, 1, stamped("n1", me, 1, commands));
+        assert_eq!(cluster.applied["n1"].answers.len(), MAX_ANSWERS);
+        assert_eq!(cluster.applied["n1"].low, 6);
+        cluster.apply(
+            2,
+            1,
+            Command::Join {
+                node: "n1".into(),
+                addr: "a:1".into(),
+                labels: Default::default(),
+            },
+        );
+        let removed = cluster.apply(
+            3,
+            1,
+            Command::Remove {
+                node: "n1".into(),
+                at_ms: 1,
+            },
+        );
+        assert_eq!(removed, Response::Done);
+        assert!(!cluster.applied.contains_key("n1"));
+    }
+
+    #[test]
+    fn a_member_s_stamped_commands_have_its_rights_only() {
+        let mut cluster = Cluster::default();
+        let other = Command::SetDraining {
+            node: "n2".into(),
+            draining: true,
+        };
+        let proposal = stamped("n1", run(1, 5), 1, vec![(1, other)])
+            .from_member("n1")
+            .unwrap();
+        let outcome = cluster.apply_proposal(1, 1, proposal);
+        assert!(matches!(&answers(outcome)[..], [Response::Forbidden(_)]));
+        // A forbidden (or refused, or stale) command changed nothing: nothing is kept of
+        // it, so a member cannot fill the replicated state with its own errors.
+        assert!(cluster.applied.is_empty());
+        // A member cannot stamp for another.
+        assert!(
+            stamped("n2", run(1, 5), 1, Vec::new())
+                .from_member("n1")
+                .is_none()
+        );
+    }
+}
