@@ -607,36 +607,42 @@ async fn a_burst_of_proposals_is_committed_in_a_few_entries() {
     let leader = group.leader(&all).await;
     let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
     for proposer in [follower, leader.clone()] {
-        let control = group.control(&proposer);
-        let before = *group.control(&leader).applied().borrow();
-        // Two kinds of command with different answers, interleaved, so that an answer
-        // handed to the wrong proposer shows: a join is done, a release of a slot that
-        // was never granted is stale.
-        let command = |i: u64| match i % 2 {
-            0 => join_command(&proposer),
-            _ => Command::Release {
-                resource: format!("never-granted-{i}"),
-                slot: 0,
-                token: i,
-                at_ms: 0,
-            },
-        };
-        let expected = |i: u64| match i % 2 {
-            0 => Ok(Response::Done),
-            _ => Ok(Response::Stale),
-        };
-        let burst = (0..300).map(|i| control.propose(command(i)));
-        let answers = futures::future::join_all(burst).await;
-        for (i, answer) in (0..).zip(&answers) {
-            assert_eq!(*answer, expected(i), "proposal {i} on {proposer}");
-        }
-        let entries = *group.control(&leader).applied().borrow() - before;
-        assert!(
-            entries <= 40,
-            "300 proposals made on {proposer} took {entries} log entries (at most 40)"
-        );
+        burst_in_few_entries(&group, &leader, &proposer).await;
     }
     group.shutdown().await;
+}
+
+/// Proposes a burst of 300 commands on `proposer` and checks that each is answered in
+/// place and that they took at most 40 log entries of `leader`'s.
+pub(super) async fn burst_in_few_entries(group: &Group, leader: &str, proposer: &str) {
+    let control = group.control(proposer);
+    let before = *group.control(leader).applied().borrow();
+    // Two kinds of command with different answers, interleaved, so that an answer
+    // handed to the wrong proposer shows: a join is done, a release of a slot that
+    // was never granted is stale.
+    let command = |i: u64| match i % 2 {
+        0 => join_command(proposer),
+        _ => Command::Release {
+            resource: format!("never-granted-{i}"),
+            slot: 0,
+            token: i,
+            at_ms: 0,
+        },
+    };
+    let expected = |i: u64| match i % 2 {
+        0 => Ok(Response::Done),
+        _ => Ok(Response::Stale),
+    };
+    let burst = (0..300).map(|i| control.propose(command(i)));
+    let answers = futures::future::join_all(burst).await;
+    for (i, answer) in (0..).zip(&answers) {
+        assert_eq!(*answer, expected(i), "proposal {i} on {proposer}");
+    }
+    let entries = *group.control(leader).applied().borrow() - before;
+    assert!(
+        entries <= 40,
+        "300 proposals made on {proposer} took {entries} log entries (at most 40)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
