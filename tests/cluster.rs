@@ -419,6 +419,90 @@ fn the_counter_s_state_follows_the_owner_and_survives_a_full_restart() {
     assert_safe(&merged, "counter", 1);
 }
 
+/// The counts of slot `slot` of the counter in `events`, in order.
+fn slot_counts(events: &[Value], slot: u64) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|e| log_starting("counter", "count=")(e) && e["slot"] == slot)
+        .filter_map(count_of)
+        .collect()
+}
+
+#[test]
+fn a_per_slot_counter_keeps_one_count_per_slot_across_handovers() {
+    let mut c = Cluster::builder(3).build();
+    // `state = "per-slot"`: each ticket loads and saves its own blob.
+    let per_slot = format!("state = \"per-slot\"\n{}", manifest("counter", 2, "1.0.0"));
+    let counter = plugins().counter_bytes();
+    // Only n1 has the plugin at first, so slot 0 counts alone and the slots are apart:
+    // were the blob shared, slot 1 would start where slot 0 is.
+    c.install_plugin(0, "counter", &per_slot, &counter);
+    c.start();
+    let first = |c: &Cluster, owner: &Owner| -> u64 {
+        let (i, t) = (c.index(&owner.node), owner.token);
+        let event = c.wait_event(i, "a count under the new grant", 0, move |e| {
+            log_starting("counter", "count=")(e) && e["token"] == t
+        });
+        count_of(&event).expect("a count")
+    };
+
+    eprintln!("phase: slot 0 counts to 5 on {} alone", c.name(0));
+    let zero = c.wait_owners("counter", 1, |_| true).remove(0);
+    assert_eq!((zero.slot, zero.node.as_str()), (0, c.name(0)));
+    c.wait_event(0, "count=5", 0, log_starting("counter", "count=5 "));
+
+    eprintln!("phase: the others get the plugin; slot 1 starts from nothing");
+    c.install_plugin(1, "counter", &per_slot, &counter);
+    c.install_plugin(2, "counter", &per_slot, &counter);
+    let one = c
+        .wait_owners("counter", 2, |_| true)
+        .into_iter()
+        .find(|o| o.slot == 1)
+        .expect("slot 1");
+    assert_eq!(first(&c, &one), 1, "slot 1 loads its own (empty) state");
+    let oi = c.index(&one.node);
+    c.wait_event(oi, "slot 1 counts to 3", 0, |e| {
+        log_starting("counter", "count=3 ")(e) && e["slot"] == 1
+    });
+
+    eprintln!(
+        "phase: {} stops; slot 1 goes on from its own count",
+        one.node
+    );
+    assert!(c.stop(oi).success());
+    let last = *slot_counts(&c.node(oi).events(), 1)
+        .last()
+        .expect("a count");
+    let next = c.wait("slot 1 on the third node", WAIT, |c| {
+        c.owners("counter")
+            .into_iter()
+            .find(|o| o.slot == 1 && o.token > one.token)
+    });
+    let went_on = first(&c, &next);
+    let zero_now = *slot_counts(&c.node(0).events(), 0).last().expect("a count");
+    assert!(
+        zero_now > last + 2,
+        "slot 0 ({zero_now}) is ahead of slot 1 ({last}), so a shared blob would show"
+    );
+    assert!(
+        (last + 1..=last + 2).contains(&went_on),
+        "slot 1 counted to {last} on {}, then went on at {went_on} on {} (slot 0 is at {zero_now})",
+        one.node,
+        next.node
+    );
+
+    c.stop_all();
+    let merged = c.merged();
+    for slot in [0, 1] {
+        let counts = slot_counts(&merged, slot);
+        assert!(
+            counts.windows(2).all(|w| w[0] < w[1]),
+            "slot {slot}'s counts never repeat or go back: {counts:?}"
+        );
+    }
+    assert_safe(&merged, "counter", 2);
+}
+
 #[test]
 fn a_rolling_upgrade_moves_every_slot_to_the_new_version_by_handover() {
     let mut c = Cluster::builder(3).build();

@@ -436,6 +436,7 @@ mod supervisor {
             let deps = Deps {
                 grants: recorder.clone(),
                 state: recorder.clone(),
+                slot_state: recorder.clone(),
                 lease: Arc::new(node_lease),
                 live: live.clone(),
                 failures: Arc::default(),

@@ -37,6 +37,9 @@ pub const PLUGIN_COMPILING: &str = "plugin.compiling";
 pub const PLUGIN_LOADED: &str = "plugin.loaded";
 /// The node stopped while the plugin was loading: the load (and any compile) is abandoned.
 pub const PLUGIN_ABANDONED: &str = "plugin.abandoned";
+/// A loaded plugin is not advertised yet: it keeps its state per slot, and the cluster's
+/// version does not allow that yet (`version`, `needs`). Said once per plugin version.
+pub const PLUGIN_WAITING: &str = "plugin.waiting";
 pub const PLUGIN_STARTED: &str = "plugin.started";
 /// A grant was not started: the node held no valid lease for it at the moment of starting.
 pub const PLUGIN_NOT_STARTED: &str = "plugin.not_started";

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::catalog::Entry;
+use crate::catalog::manifest::StateScope;
 use crate::events;
 use crate::failures::{Failures, LastFailure};
 use crate::ownership::Grant;
@@ -82,7 +83,10 @@ pub trait Grants: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct Deps {
     pub grants: Arc<dyn Grants>,
+    /// The `state` import of a plugin whose slots share one blob (the default).
     pub state: Arc<dyn StateBackend>,
+    /// The `state` import of a plugin that keeps one blob per slot (`state = "per-slot"`).
+    pub slot_state: Arc<dyn StateBackend>,
     /// The node's lease: every instance running `start` traps at its deadline D (the
     /// engine enforces it), and no start begins without it.
     pub lease: Arc<NodeLease>,
@@ -322,7 +326,10 @@ impl<'a> Run<'a> {
                 loaded.entry.name.clone(),
                 grant,
                 deps.lease.clone(),
-                deps.state.clone(),
+                match loaded.entry.manifest.state {
+                    StateScope::Shared => deps.state.clone(),
+                    StateScope::PerSlot => deps.slot_state.clone(),
+                },
                 loaded.entry.manifest.limits.memory as usize,
             )
             .with_granted(loaded.granted.clone()),

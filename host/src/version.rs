@@ -37,6 +37,11 @@ pub const WIRE_OLDEST: u32 = 6;
 /// cannot read a stamped proposal.
 pub const STAMPS: u32 = 7;
 
+/// The version from which a plugin may keep one state blob per slot
+/// ([`crate::cluster::Command::SaveSlotState`], a manifest's `state = "per-slot"`).
+/// Version 6 builds cannot read the command; the same release as [`STAMPS`].
+pub const SLOT_STATE: u32 = 7;
+
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
 pub const ADMIN_VERSION: u32 = 8;
 

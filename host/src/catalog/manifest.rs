@@ -4,6 +4,7 @@
 //! resource = "billing-sync"   # default: the file stem
 //! tickets  = 1
 //! version  = "1.4.0"
+//! state    = "shared"         # or "per-slot": one state blob per ticket
 //! [limits]
 //! memory          = "64MiB"
 //! stop_grace      = "500ms"
@@ -38,6 +39,21 @@ pub struct Manifest {
     pub require: BTreeMap<String, String>,
     /// What the plugin may reach beyond its lease, state and log.
     pub capabilities: Capabilities,
+    /// Whether the slots share one state blob or each has its own.
+    pub state: StateScope,
+}
+
+/// What a plugin's `state` import loads and saves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateScope {
+    /// One blob per resource: every slot loads what any slot saved last (`state =
+    /// "shared"`, the default: a single-ticket resource needs no more).
+    #[default]
+    Shared,
+    /// One blob per slot (`state = "per-slot"`): each ticket keeps its own checkpoint,
+    /// which the next owner of that slot loads. Needs cluster version
+    /// [`crate::version::SLOT_STATE`]: a node advertises such a plugin only from then on.
+    PerSlot,
 }
 
 /// Per-instance limits and restart policy.
@@ -76,6 +92,7 @@ impl Manifest {
             limits: Limits::default(),
             require: BTreeMap::new(),
             capabilities: Capabilities::default(),
+            state: StateScope::Shared,
         }
     }
 
@@ -123,6 +140,16 @@ impl Manifest {
                 return Err("limits.restart_window: must be longer than zero".into());
             }
         }
+        manifest.state = match raw.state.as_deref() {
+            None | Some("shared") => StateScope::Shared,
+            Some("per-slot") => StateScope::PerSlot,
+            Some(other) => {
+                return Err(format!(
+                    "state: {other:?} is neither \"shared\" (one blob per resource, the \
+                     default) nor \"per-slot\" (one blob per ticket)"
+                ));
+            }
+        };
         manifest.require = raw.placement.require;
         manifest.capabilities = Capabilities::parse(raw.capabilities)?;
         Ok(manifest)
@@ -141,6 +168,7 @@ struct RawManifest {
     resource: Option<String>,
     tickets: Option<u32>,
     version: Option<String>,
+    state: Option<String>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -278,6 +306,7 @@ mod tests {
             resource = "billing-sync"
             tickets = 2
             version = "1.4.0"
+            state = "per-slot"
             [limits]
             memory = "16MiB"
             stop_grace = "200ms"
@@ -298,6 +327,19 @@ mod tests {
         assert_eq!(m.limits.max_restarts, 5);
         assert_eq!(m.limits.restart_window, Duration::from_secs(60));
         assert_eq!(m.require.get("zone").map(String::as_str), Some("a"));
+        assert_eq!(m.state, StateScope::PerSlot);
+    }
+
+    #[test]
+    fn state_is_shared_unless_per_slot_is_asked_for() {
+        assert_eq!(Manifest::parse("x", "").unwrap().state, StateScope::Shared);
+        let shared = Manifest::parse("x", "state = \"shared\"").unwrap();
+        assert_eq!(shared.state, StateScope::Shared);
+        let error = Manifest::parse("x", "state = \"per-ticket\"").unwrap_err();
+        assert!(
+            error.contains("state: \"per-ticket\"") && error.contains("per-slot"),
+            "{error}"
+        );
     }
 
     #[test]

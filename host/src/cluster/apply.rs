@@ -298,16 +298,32 @@ impl Cluster {
                 token,
                 data,
             } => {
-                if data.len() > MAX_STATE_BYTES {
-                    return Response::Refused(format!(
-                        "state blob of {} bytes exceeds the limit of {MAX_STATE_BYTES}",
-                        data.len()
-                    ));
-                }
-                if self.current_mut(&resource, slot, token).is_none() {
-                    return Response::Stale;
+                if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
+                    return refused;
                 }
                 self.state.insert(resource, Blob { token, data });
+                Response::Done
+            }
+            Command::SaveSlotState {
+                resource,
+                slot,
+                token,
+                data,
+            } => {
+                if self.version < crate::version::SLOT_STATE {
+                    return Response::Refused(format!(
+                        "a state per slot needs cluster version {}; it is {}",
+                        crate::version::SLOT_STATE,
+                        self.version
+                    ));
+                }
+                if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
+                    return refused;
+                }
+                self.slot_state
+                    .entry(resource)
+                    .or_default()
+                    .insert(slot, Blob { token, data });
                 Response::Done
             }
             Command::SetDraining { node, draining } => match self.members.get_mut(&node) {
@@ -474,6 +490,29 @@ impl Cluster {
             what,
             term,
         });
+    }
+}
+
+impl Cluster {
+    /// Why a state save of `(resource, slot)` under `token` is not applied, if it is not:
+    /// a blob over the limit, or a token that is not the slot's current grant.
+    fn refuse_save(
+        &mut self,
+        resource: &str,
+        slot: u32,
+        token: u64,
+        data: &[u8],
+    ) -> Option<Response> {
+        if data.len() > MAX_STATE_BYTES {
+            return Some(Response::Refused(format!(
+                "state blob of {} bytes exceeds the limit of {MAX_STATE_BYTES}",
+                data.len()
+            )));
+        }
+        if self.current_mut(resource, slot, token).is_none() {
+            return Some(Response::Stale);
+        }
+        None
     }
 }
 
@@ -737,6 +776,57 @@ mod tests {
         );
         let big = vec![0; MAX_STATE_BYTES + 1];
         assert!(matches!(log.save(new, &big), Response::Refused(_)));
+    }
+
+    #[test]
+    fn a_state_per_slot_is_kept_per_slot_fenced_and_only_from_its_version() {
+        let mut log = Log::new();
+        let a = log.session("a");
+        let b = log.session("b");
+        let zero = token(log.assign("r", 0, "a", a));
+        let one = token(log.assign("r", 1, "b", b));
+        let save = |slot: u32, token: u64, data: &[u8]| Command::SaveSlotState {
+            resource: "r".into(),
+            slot,
+            token,
+            data: data.to_vec(),
+        };
+        let early = log.apply(save(0, zero, b"0"));
+        assert!(
+            matches!(&early, Response::Refused(why) if why.contains("needs cluster version 7")),
+            "{early:?}"
+        );
+        log.apply(Command::RaiseVersion {
+            to: crate::version::SLOT_STATE,
+        });
+        assert_eq!(log.apply(save(0, zero, b"zero")), Response::Done);
+        assert_eq!(log.apply(save(1, one, b"one")), Response::Done);
+        // Each slot's own token fences it: slot 1's token does not save slot 0.
+        assert_eq!(log.apply(save(0, one, b"not mine")), Response::Stale);
+        let blobs = &log.cluster.slot_state["r"];
+        assert_eq!((&blobs[&0].data[..], blobs[&0].token), (&b"zero"[..], zero));
+        assert_eq!((&blobs[&1].data[..], blobs[&1].token), (&b"one"[..], one));
+        // The shared blob is another thing altogether.
+        assert!(log.cluster.state.is_empty());
+        let big = vec![0; MAX_STATE_BYTES + 1];
+        assert!(matches!(
+            log.apply(save(1, one, &big)),
+            Response::Refused(_)
+        ));
+        // A member saves only a slot it holds.
+        let forwarded = log.cluster.apply_proposal(
+            99,
+            1,
+            Proposal::OneFrom {
+                by: "a".into(),
+                command: save(1, one, b"a's"),
+            },
+        );
+        assert!(
+            matches!(forwarded, Outcome::One(Response::Forbidden(_))),
+            "{forwarded:?}"
+        );
+        assert_eq!(log.cluster.slot_state["r"][&1].data, b"one");
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! | `EndSession` without `expired_in` (a clean leave) | it names the member itself | forbidden |
 //! | `EndSession` with `expired_in` (an expiry) | never: the leader's decision | forbidden |
 //! | `Assign` | never: the leader's decision | forbidden |
-//! | `Regrant`, `Release`, `GiveUp`, `SaveState` | the slot's grant under `token` is the member's | forbidden; a token that is not the slot's current one is applied, and answered `Stale` |
+//! | `Regrant`, `Release`, `GiveUp`, `SaveState`, `SaveSlotState` | the slot's grant under `token` is the member's | forbidden; a token that is not the slot's current one is applied, and answered `Stale` |
 //! | `BeginHandover` with reason `shutdown` | the slot's grant under `token` is the member's | as above |
 //! | `BeginHandover` for any other reason | never: placement (leader) or an operator | forbidden |
 //! | `SetDraining`, `Revoke`, `Remove` | never: operators only | forbidden |
@@ -90,6 +90,12 @@ pub fn authorize(cluster: &Cluster, by: &str, command: &Command) -> Result<(), S
             ..
         }
         | Command::SaveState {
+            resource,
+            slot,
+            token,
+            ..
+        }
+        | Command::SaveSlotState {
             resource,
             slot,
             token,

@@ -60,6 +60,11 @@ pub struct Cluster {
     /// builds of both versions read each other's snapshots.
     #[serde(default)]
     pub applied: BTreeMap<String, Applied>,
+    /// The state blobs of plugins that keep one per slot (a manifest's `state =
+    /// "per-slot"`), by resource, then slot number. Last, and left out of images and
+    /// hashes while empty, as `applied` is.
+    #[serde(default)]
+    pub slot_state: BTreeMap<String, BTreeMap<u32, Blob>>,
 }
 
 /// One member's run's recent stamped commands and their answers (`once.rs`).
@@ -292,12 +297,31 @@ impl Proposal {
             .max()
     }
 
-    /// Whether this is stamped: it needs cluster version [`crate::version::STAMPS`].
-    pub fn is_stamped(&self) -> bool {
-        matches!(
-            self,
-            Proposal::Stamped { .. } | Proposal::StampedFrom { .. }
-        )
+    /// The cluster version a build must speak to read this: [`crate::version::STAMPS`]
+    /// for a stamped one, [`crate::version::SLOT_STATE`] for one that saves a slot's
+    /// state, else 0 (every build reads it). A leader appends nothing the cluster's
+    /// version does not reach (`raft/propose.rs`).
+    pub fn needs_version(&self) -> u32 {
+        let (stamped, commands): (bool, Vec<&Command>) = match self {
+            Proposal::One(command) | Proposal::OneFrom { command, .. } => (false, vec![command]),
+            Proposal::Batch(commands) | Proposal::BatchFrom { commands, .. } => {
+                (false, commands.iter().collect())
+            }
+            Proposal::Stamped { commands, .. } | Proposal::StampedFrom { commands, .. } => {
+                (true, commands.iter().map(|(_, c)| c).collect())
+            }
+        };
+        let saves_a_slot = commands
+            .iter()
+            .any(|c| matches!(c, Command::SaveSlotState { .. }));
+        let mut needs = 0;
+        if stamped {
+            needs = needs.max(crate::version::STAMPS);
+        }
+        if saves_a_slot {
+            needs = needs.max(crate::version::SLOT_STATE);
+        }
+        needs
     }
 
     /// The same commands, marked as proposed by member `by`. `None` for a proposal that is
@@ -468,6 +492,15 @@ pub enum Command {
     /// as the next build (`crate::version::UNSAFE_NEXT_PROTOCOL`) proposes it, and only
     /// once the cluster's version allows it (`node/next_protocol.rs`).
     Probe { node: String },
+    /// Saves the state of one slot of a plugin that keeps one blob per slot, fenced by
+    /// the writer's token as [`Command::SaveState`] is. Refused before the cluster's
+    /// version is [`crate::version::SLOT_STATE`] (builds before it cannot read it).
+    SaveSlotState {
+        resource: String,
+        slot: u32,
+        token: u64,
+        data: Vec<u8>,
+    },
 }
 
 /// The answer to a command, once applied.
@@ -548,17 +581,32 @@ impl Handover {
     }
 }
 
+/// How many maps end [`Cluster`]'s encoding that [`drop_empty_tail`] may leave out:
+/// [`Cluster::applied`], then [`Cluster::slot_state`].
+pub(crate) const TAIL_MAPS: usize = 2;
+
+/// Leaves out the empty maps at the end of `bytes`, the postcard encoding of an image or
+/// state that ends with `cluster`: [`Cluster::slot_state`] if empty, then
+/// [`Cluster::applied`] if that is empty too. An empty map is one zero byte, its length.
+/// So a state that uses neither is byte for byte what a build before them writes and
+/// hashes; a reader appends the zeros back (`raft/state_machine.rs`, `Image::decode`).
+pub(crate) fn drop_empty_tail(bytes: &mut Vec<u8>, cluster: &Cluster) {
+    for empty in [cluster.slot_state.is_empty(), cluster.applied.is_empty()] {
+        if !empty {
+            return;
+        }
+        let length = bytes.pop();
+        debug_assert_eq!(length, Some(0), "an empty map's length, last");
+    }
+}
+
 impl Cluster {
     /// The state's postcard encoding as snapshot images end with it and replicas hash it
-    /// (`raft/state_machine.rs`, `raft/checksums.rs`): [`Cluster::applied`] is left out
-    /// while empty, so the bytes are those of a build before it. An empty map is one
-    /// zero byte, its length, and it is the last field.
+    /// (`raft/state_machine.rs`, `raft/checksums.rs`), with its empty tail left out
+    /// ([`drop_empty_tail`]).
     pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
         let mut bytes = postcard::to_allocvec(self)?;
-        if self.applied.is_empty() {
-            let length = bytes.pop();
-            debug_assert_eq!(length, Some(0), "an empty map's length, last");
-        }
+        drop_empty_tail(&mut bytes, self);
         Ok(bytes)
     }
 

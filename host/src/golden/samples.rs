@@ -194,8 +194,29 @@ pub(crate) fn commands() -> Vec<Command> {
         Command::RaiseVersion { to: 8 },
         // 23: applied (the version is 8 now), so its answer is `done`.
         Command::Probe { node: "n1".into() },
+        // 24: pair/1 (vacated when n2 was removed) to n1's session 21: token 24
+        Command::Assign {
+            resource: "pair".into(),
+            slot: 1,
+            node: "n1".into(),
+            session: 21,
+            version: "0.1.0-rc.1".parse().unwrap(),
+            digest: digest('p'),
+            at_ms: T0 + 24,
+        },
+        // 25
+        Command::SaveSlotState {
+            resource: "pair".into(),
+            slot: 1,
+            token: 24,
+            data: 7u64.to_le_bytes().to_vec(),
+        },
     ]
 }
+
+/// How many of [`commands`] the admin samples' state and the image without stamps were
+/// recorded from (admin 8, store 5): the commands before the per-slot state's.
+pub(crate) const BEFORE_SLOT_STATE: usize = 23;
 
 /// The cluster id of the samples.
 const CLUSTER_ID: ClusterId = ClusterId::from_bytes([
@@ -407,7 +428,7 @@ fn admin_values() -> AdminValues {
     // The state the admin samples were recorded from (admin 8): the commands' state
     // before the stamped sample, at version 7 (the samples raised it to 7 then). The
     // status view shows neither the stamped answers nor anything else new.
-    let mut cluster = cluster_after(commands().len());
+    let mut cluster = cluster_after(BEFORE_SLOT_STATE);
     cluster.version = 7;
     let raft = RaftView {
         node: "n1".into(),
@@ -581,6 +602,7 @@ fn command_kind(command: &Command) -> &'static str {
         Command::OpenSessionOf { .. } => "open-session-of",
         Command::RaiseVersion { .. } => "raise-version",
         Command::Probe { .. } => "probe",
+        Command::SaveSlotState { .. } => "save-slot-state",
     }
 }
 
@@ -633,7 +655,7 @@ fn every_kind_has_a_sample() {
     let commands: BTreeSet<_> = commands().iter().map(command_kind).collect();
     assert_eq!(
         commands.len(),
-        18,
+        19,
         "command kinds with a sample: {commands:?}"
     );
     let responses: BTreeSet<_> = responses().iter().map(response_kind).collect();

@@ -128,18 +128,51 @@ impl StateBackend for ClusterGrants {
     }
 
     fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+        let command = Command::SaveState {
+            resource: grant.resource.clone(),
+            slot: grant.slot,
+            token: grant.token,
+            data,
+        };
+        self.save_as(command)
+    }
+}
+
+/// The `state` import of a plugin that keeps one blob per slot (a manifest's `state =
+/// "per-slot"`): each slot loads what the slot's earlier owners saved, and nothing of
+/// the other slots'. The node advertises such a plugin only once the cluster's version
+/// allows [`Command::SaveSlotState`] (`node/plugins.rs`), so no owner of it runs before.
+#[derive(Clone)]
+pub struct SlotState(pub ClusterGrants);
+
+impl StateBackend for SlotState {
+    fn load(&self, grant: &Grant) -> BoxFuture<Result<Option<Vec<u8>>, StateError>> {
+        let data = self.0.shared.read(|cluster| {
+            let blob = cluster.slot_state.get(&grant.resource)?.get(&grant.slot)?;
+            Some(blob.data.clone())
+        });
+        Box::pin(async move { Ok(data) })
+    }
+
+    fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+        let command = Command::SaveSlotState {
+            resource: grant.resource.clone(),
+            slot: grant.slot,
+            token: grant.token,
+            data,
+        };
+        self.0.save_as(command)
+    }
+}
+
+impl ClusterGrants {
+    /// Proposes a state save (`command`, fenced by its token) and says how it went.
+    fn save_as(&self, command: Command) -> BoxFuture<Result<(), StateError>> {
         let shared = self.shared.clone();
-        let grant = grant.clone();
         // The lease was checked by the instance (`InstanceContext::may_act`, the one
         // check every effect asks) just before this call.
         self.on_node(
             async move {
-                let command = Command::SaveState {
-                    resource: grant.resource.clone(),
-                    slot: grant.slot,
-                    token: grant.token,
-                    data,
-                };
                 // Never block the plugin past the deadline: the interrupt at D cannot reach
                 // code waiting in a host call, so the call itself gives up at D (a save
                 // still in flight then may or may not commit; its token fences it).

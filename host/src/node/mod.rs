@@ -291,7 +291,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let deps = Deps {
         grants: Arc::new(grants.clone()),
-        state: Arc::new(grants),
+        state: Arc::new(grants.clone()),
+        slot_state: Arc::new(grants::SlotState(grants)),
         lease: shared.node_lease.clone(),
         live: shared.live.clone(),
         failures: shared.failures.clone(),
@@ -312,6 +313,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Loaded or removed plugins not yet in `plugins` and the adverts (see `PUBLISH_EVERY`).
     let mut unpublished = false;
     let mut published_at = tokio::time::Instant::now();
+    // The cluster version the adverts were last computed at (`Folder::adverts`).
+    let mut advertised_at = shared.read(|c| c.version);
     // A node whose Raft stopped on a fatal error (its store failed) has a frozen replica:
     // handovers never reach it and its saves time out, while the leader would go on
     // renewing its session. It stops renewing, stops its plugins and exits with the cause.
@@ -356,9 +359,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             _ = deadline.changed() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
+        // A plugin with a state per slot is advertised once the version allows it.
+        let version = shared.read(|c| c.version);
+        if version != advertised_at {
+            advertised_at = version;
+            unpublished = true;
+        }
         if unpublished && (!folder.loading() || published_at.elapsed() >= PUBLISH_EVERY) {
             plugins = folder.plugins();
-            adverts_tx.send_replace(Some(folder.adverts()));
+            adverts_tx.send_replace(Some(folder.adverts(version)));
             published_at = tokio::time::Instant::now();
             unpublished = false;
         }

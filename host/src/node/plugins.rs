@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, Id, JoinSet};
 
 use super::owner::Plugins;
+use crate::catalog::manifest::StateScope;
 use crate::catalog::{Change, Entry};
 use crate::cluster::Advert;
 use crate::events;
@@ -155,11 +156,29 @@ impl Folder {
         )
     }
 
-    /// What this node can run, by resource: one plugin per resource, the first by name.
-    pub fn adverts(&mut self) -> BTreeMap<String, Advert> {
+    /// What this node can run, by resource: one plugin per resource, the first by name;
+    /// a plugin that keeps its state per slot only once `cluster_version` allows it.
+    pub fn adverts(&mut self, cluster_version: u32) -> BTreeMap<String, Advert> {
         let mut adverts: BTreeMap<String, Advert> = BTreeMap::new();
         for loaded in self.loaded.values() {
             let manifest = &loaded.entry.manifest;
+            let needs = crate::version::SLOT_STATE;
+            if manifest.state == StateScope::PerSlot && cluster_version < needs {
+                if self.reported.insert(format!(
+                    "waiting {} {}",
+                    loaded.entry.name, loaded.entry.digest
+                )) {
+                    tracing::info!(
+                        event = events::PLUGIN_WAITING,
+                        plugin = %loaded.entry.name,
+                        version = cluster_version,
+                        needs,
+                        "{} keeps its state per slot, which needs cluster version {needs} (every member on 0.3.0 or newer); the cluster is at {cluster_version}: not advertised until it is raised",
+                        loaded.entry.name
+                    );
+                }
+                continue;
+            }
             if let Some(winner) = adverts.get(&manifest.resource) {
                 if self.reported.insert(format!(
                     "conflict {} {}",

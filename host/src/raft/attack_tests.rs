@@ -22,8 +22,9 @@ type SnapshotAnswer = Result<InstallSnapshotResponse, RaftError<InstallSnapshotE
 
 /// The variant tag `Command::Batch` would have today (it was 13 before issue 13, a tag
 /// `Command::Remove` has since, 14 is `Command::Identify`, 15 `Command::OpenSessionOf`, 16
-/// `Command::RaiseVersion` and 17 `Command::Probe`): one past the last command.
-const BATCH_TAG: u8 = 18;
+/// `Command::RaiseVersion`, 17 `Command::Probe` and 18 `Command::SaveSlotState`): one past
+/// the last command.
+const BATCH_TAG: u8 = 19;
 
 /// The PROPOSE payload of `depth` batches nested in one another, in the layout
 /// `Command::Batch(Vec<Command>)` had before issue 13: the variant tag of `Batch` and a

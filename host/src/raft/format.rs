@@ -274,8 +274,9 @@ pub(crate) fn prepare(dir: &Path) -> Result<Plan, FormatError> {
 ///   command kinds. The record's `cluster_version` key is written when a raise applies.
 /// - 5 → 6: nothing is rewritten: the record says 6 once a raise to
 ///   [`crate::version::STAMPS`] applies ([`set_cluster_version`]). The image's stamped
-///   answers are left out while empty, and an image without them reads as having none
-///   (`state_machine::Image::decode`); stamped entries are new proposal kinds.
+///   answers and per-slot state blobs are left out while empty, and an image without
+///   them reads as having none (`state_machine::Image::decode`); stamped entries are new
+///   proposal kinds, `SaveSlotState` a new command kind.
 ///
 /// A new or migrated store is written in [`BEFORE_STAMPS`]: its cluster's version is not
 /// known yet (a restore or a recovery records it with [`set_cluster_version`]).

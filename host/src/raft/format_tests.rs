@@ -368,6 +368,56 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     assert!(old.ends_with(&image.cluster.encode().unwrap()));
 }
 
+/// The maps that end an image (stamped answers, then per-slot state) are left out while
+/// empty, from the end: every combination reads back as written, and an image cut short
+/// by one byte more is refused, not read as another state.
+#[test]
+fn an_image_s_empty_tail_is_left_out_and_read_back() {
+    use super::state_machine::{Image, encode_image};
+    let full = crate::golden::samples::cluster();
+    assert!(!full.applied.is_empty() && !full.slot_state.is_empty());
+    let without = |applied: bool, slot_state: bool| {
+        let mut cluster = full.clone();
+        if !applied {
+            cluster.applied.clear();
+        }
+        if !slot_state {
+            cluster.slot_state.clear();
+        }
+        cluster
+    };
+    let image = fixture_image(5);
+    let base = Image::decode(&image).unwrap();
+    for (applied, slot_state, left_out) in [
+        (true, true, 0),
+        (true, false, 1),
+        (false, true, 0),
+        (false, false, 2),
+    ] {
+        let cluster = without(applied, slot_state);
+        let bytes = encode_image(&base.applied, &base.membership, &cluster).unwrap();
+        let whole = postcard::to_allocvec(&Image {
+            applied: base.applied,
+            membership: base.membership.clone(),
+            cluster: cluster.clone(),
+        })
+        .unwrap();
+        assert_eq!(
+            bytes.len() + left_out,
+            whole.len(),
+            "{applied} {slot_state}"
+        );
+        let read = Image::decode(&bytes).unwrap();
+        assert_eq!(read.cluster, cluster, "{applied} {slot_state}");
+        assert!(
+            Image::decode(&bytes[..bytes.len() - 1]).is_err(),
+            "{applied} {slot_state}: one byte short"
+        );
+        // The whole encoding reads too (an image written with its empty maps).
+        assert_eq!(Image::decode(&whole).unwrap().cluster, cluster);
+    }
+}
+
 /// Format 2's image reads as the same state, without a cluster id.
 #[test]
 fn a_format_2_snapshot_image_reads_after_its_migration() {

@@ -94,7 +94,7 @@ pub(crate) fn golden_store_samples() -> Vec<Sample> {
     samples.push(Sample::of("snapshot-image", &image));
     // As written while there are no stamped answers: format 5's bytes
     // (`format_tests.rs` reads format 5's fixture so).
-    let before = crate::golden::samples::cluster_after(crate::golden::samples::commands().len());
+    let before = crate::golden::samples::cluster_after(crate::golden::samples::BEFORE_SLOT_STATE);
     samples.push(Sample::raw(
         "snapshot-image-without-stamps",
         super::state_machine::encode_image(&image.applied, &image.membership, &before).unwrap(),

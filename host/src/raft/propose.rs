@@ -513,17 +513,17 @@ impl Shared {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        // A stamped proposal before the cluster's version allows it would reach members
-        // whose build cannot read it: not appended. An honest member stamps once its own
-        // replica applied the raise, which may be before this leader did (a new leader
-        // still applying what it committed): it retries.
+        // A stamped proposal (or a slot's state save) before the cluster's version allows
+        // it would reach members whose build cannot read it: not appended. An honest
+        // member sends one once its own replica applied the raise, which may be before
+        // this leader did (a new leader still applying what it committed): it retries.
         let version = self
             .cluster_version
             .load(std::sync::atomic::Ordering::Acquire);
-        if marked.is_stamped() && version < crate::version::STAMPS {
+        let needs = marked.needs_version();
+        if version < needs {
             return ProposeReply::NotYet(format!(
-                "a stamped proposal needs cluster version {}; {} has applied {version} so far",
-                crate::version::STAMPS,
+                "this proposal needs cluster version {needs}; {} has applied {version} so far",
                 self.name
             ));
         }

@@ -85,34 +85,33 @@ pub(super) fn encode_image(
         membership,
         cluster,
     })?;
-    if cluster.applied.is_empty() {
-        let length = bytes.pop();
-        debug_assert_eq!(length, Some(0), "an empty map's length, last");
-    }
+    crate::cluster::drop_empty_tail(&mut bytes, cluster);
     Ok(bytes)
 }
 
 impl Image {
-    /// Decodes an image. One that ends where [`Cluster::applied`] would begin has no
-    /// stamped answers: the field is left out of the encoding while empty
-    /// (`cluster/state.rs`), and builds before it never wrote it, so an image without it
-    /// is read the same from this build's store, an older build's, a leader of either
-    /// build, or a backup.
+    /// Decodes an image. One that ends where [`Cluster::applied`] or
+    /// [`Cluster::slot_state`] would begin has none of them: those maps are left out of
+    /// the encoding while empty (`cluster::drop_empty_tail`), and builds before them never
+    /// wrote them, so an image without them is read the same from this build's store, an
+    /// older build's, a leader of either build, or a backup.
     pub(super) fn decode(bytes: &[u8]) -> Result<Image, postcard::Error> {
-        match postcard::from_bytes(bytes) {
-            Err(postcard::Error::DeserializeUnexpectedEnd) => {
-                let mut with_none = bytes.to_vec();
-                with_none.push(0);
-                let image: Image = postcard::from_bytes(&with_none)?;
-                // Only an image that ended exactly where the answers begin: written
+        let mut with_empty = bytes.to_vec();
+        for _ in 0..=crate::cluster::TAIL_MAPS {
+            match postcard::from_bytes::<Image>(&with_empty) {
+                Err(postcard::Error::DeserializeUnexpectedEnd) => with_empty.push(0),
+                // Only an image that ended exactly where the left-out maps begin: written
                 // back, it is the same bytes (a truncated one is not).
-                match encode_image(&image.applied, &image.membership, &image.cluster) {
-                    Ok(again) if again == bytes => Ok(image),
-                    _ => Err(postcard::Error::DeserializeUnexpectedEnd),
+                Ok(image) if with_empty.len() > bytes.len() => {
+                    return match encode_image(&image.applied, &image.membership, &image.cluster) {
+                        Ok(again) if again == bytes => Ok(image),
+                        _ => Err(postcard::Error::DeserializeUnexpectedEnd),
+                    };
                 }
+                decoded => return decoded,
             }
-            decoded => decoded,
         }
+        Err(postcard::Error::DeserializeUnexpectedEnd)
     }
 }
 
