@@ -311,3 +311,71 @@ async fn a_retry_after_forward_to_leader_whose_entry_still_commits_applies_once(
     assert_eq!(session.map(|s| s.id), Some(k + 1));
     group.shutdown().await;
 }
+
+/// A forwarded stamped proposal whose answer is lost (the leader it reached stopped after
+/// appending it) is asked again of the next leader, not given up as "unknown": the stamp
+/// makes a second copy harmless (answered with the first answer, or applied once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stamped_proposal_whose_answer_was_lost_is_asked_again_and_applied_once() {
+    use super::kinds::APPEND_ENTRIES;
+    use super::network::DROPPED;
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let l = group.leader(&all).await;
+    allow_stamps(&group, &l, &all).await;
+    let others: Vec<&str> = all.iter().copied().filter(|n| *n != l.as_str()).collect();
+    let (l, f) = (l.as_str(), others[0]);
+    assert_eq!(
+        group.control(f).propose(join_command(f)).await,
+        Ok(Response::Done)
+    );
+    group.converge(&all).await;
+    // L appends what it is sent but can commit nothing.
+    let addrs: Vec<String> = all.iter().map(|n| group.node(n).addr.clone()).collect();
+    let addr = |n: &str| addrs[all.iter().position(|x| *x == n).unwrap()].clone();
+    for to in &others {
+        DROPPED
+            .lock()
+            .unwrap()
+            .insert((addr(l), addr(to), APPEND_ENTRIES));
+    }
+    let last = |n: &str| {
+        group
+            .control(n)
+            .metrics()
+            .borrow()
+            .last_log_index
+            .unwrap_or(0)
+    };
+    let k = last(l);
+    let proposer = group.control(f).shared.clone();
+    let me = f.to_string();
+    let answer = tokio::spawn(async move {
+        proposer
+            .propose(Proposal::One(Command::OpenSession { node: me, at_ms: 1 }))
+            .await
+    });
+    crate::transport::tests::wait_until("the proposal on L", || last(l) == k + 1).await;
+    // L goes away with the proposal appended and unanswered.
+    group.stop(l).await;
+    DROPPED
+        .lock()
+        .unwrap()
+        .retain(|(from, _, _)| *from != addr(l));
+    let answer = tokio::time::timeout(Duration::from_secs(30), answer)
+        .await
+        .expect("the proposal was answered")
+        .unwrap();
+    group.converge(&others).await;
+    let session = group.control(f).state().read().unwrap().members[f]
+        .session
+        .clone()
+        .map(|s| s.id);
+    assert!(
+        matches!(answer, Ok(Outcome::One(Response::Session(id))) if Some(id) == session),
+        "{answer:?}; {f}'s session is {session:?}"
+    );
+    group.shutdown().await;
+}

@@ -158,6 +158,14 @@ impl Shared {
         let size = self.check_size(&stamps(u64::MAX).unwrap_or_else(|| command.clone()))?;
         let mut metrics = self.metrics.clone();
         let mut wait = FIRST_RETRY_WAIT;
+        // An attempt whose outcome is unknown (the leader's answer was lost: it stopped,
+        // or was deposed, after it may have appended the command) ends a plain proposal:
+        // a second copy could apply twice. A numbered one is asked again until the
+        // deadline: a copy of a number already applied is answered with its first answer
+        // (`cluster/once.rs`), and the number stays in flight while this call waits, so
+        // its answer is kept. What was unknown is said if the deadline comes first.
+        let numbered = run.is_some() && numbers.is_some();
+        let mut unknown: Option<String> = None;
         loop {
             let attempt = match &command {
                 Proposal::One(single) => {
@@ -174,11 +182,20 @@ impl Shared {
                 }
             };
             let last = match attempt {
+                Attempt::Done(Err(ProposeError::Unknown(why))) if numbered => {
+                    unknown = Some(why.clone());
+                    why
+                }
                 Attempt::Done(result) => return result.map(|o| batch_shaped(o, &command)),
                 Attempt::Retry(why) => why,
             };
             let now = Instant::now();
             if now >= deadline {
+                if let Some(why) = unknown {
+                    return Err(ProposeError::Unknown(format!(
+                        "{why}; asked again until the bound ({last})"
+                    )));
+                }
                 return Err(ProposeError::NoLeader {
                     waited: now - started,
                     last,
