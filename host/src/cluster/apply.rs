@@ -47,7 +47,7 @@ impl Cluster {
         }
     }
 
-    /// Applies `command` proposed by member `by`, if it may ([`super::authorize`]).
+    /// Applies `command` proposed by member `by`, if it may ([`super::authorize()`]).
     pub(super) fn apply_from(
         &mut self,
         by: &str,

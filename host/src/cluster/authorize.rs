@@ -8,13 +8,13 @@
 //! leader itself, never accepted from another member.
 //!
 //! The leader wraps every proposal a member forwards to it (kind PROPOSE) as
-//! [`Proposal::OneFrom`]/[`Proposal::BatchFrom`] with the member's authenticated name, and
+//! [`Proposal::OneFrom`](super::Proposal::OneFrom)/[`Proposal::BatchFrom`](super::Proposal::BatchFrom) with the member's authenticated name, and
 //! [`Cluster::apply_proposal`] runs [`authorize`] on each command against the state at
 //! that log position, on every replica alike. Checking at apply time, not when the
 //! leader receives the message, leaves no gap between the check and the change: a slot
 //! that changes owner between the two is judged by its owner at the moment the command
 //! takes effect. A refused command changes nothing and is answered
-//! [`Response::Forbidden`]; the leader counts and logs it (`raft/propose.rs`).
+//! [`Response::Forbidden`](super::Response::Forbidden); the leader counts and logs it (`raft/propose.rs`).
 //!
 //! | command | a member may propose it when | otherwise |
 //! |---|---|---|
@@ -30,7 +30,7 @@
 //! | `RaiseVersion` | never: the leader raises it once every member speaks it | forbidden |
 //! | `Probe` (the version gate's test command) | it names the member itself | forbidden |
 //!
-//! The leader's own proposals ([`Proposal::One`]/[`Proposal::Batch`]) are not checked:
+//! The leader's own proposals ([`Proposal::One`](super::Proposal::One)/[`Proposal::Batch`](super::Proposal::Batch)) are not checked:
 //! they come from its own code (its placement, its expiry decisions, its node's own
 //! commands) and from operators it authenticated itself (`node/admin.rs`). Raft trusts its
 //! leader in any case; what this table takes away is every other member's power to speak

@@ -120,7 +120,7 @@ pub struct Member {
 }
 
 /// A node's liveness lease as the replicated state sees it. Renewals are not in the log:
-/// the leader keeps their receive times in memory and proposes [`Command::ExpireSession`].
+/// the leader keeps their receive times in memory and proposes [`Command::EndSession`] with `expired_in`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     /// The log index of the entry that opened it: unique, and older sessions are smaller.

@@ -14,7 +14,7 @@
 //! the TLS peer it arrived from without a second key distribution scheme.
 //!
 //! What this module provides:
-//! - **Making certificates** ([`init_ca`], [`issue`], [`rotate`]) with rcgen. Validity windows
+//! - **Making certificates** ([`init_ca`], [`issue()`], [`rotate`]) with rcgen. Validity windows
 //!   are always explicit (rcgen's default of 1975–4096 is never used), keys are written mode
 //!   0600, and every file is written atomically (a temporary file in the same directory,
 //!   fsync, rename), so a node that watches its files never reads half a PEM.

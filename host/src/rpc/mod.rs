@@ -40,7 +40,7 @@
 //! Files: `error.rs` ([`RpcError`]), `service.rs` (the [`Service`] trait), `verifiers.rs`
 //! (a bounded cache of verifiers by certificate fingerprint), `counts.rs` (calls sent,
 //! failed and served per kind), `server.rs` (the transport handler), `client.rs` ([`Rpc`]
-//! and its calls), `operator.rs` (operator requests), `decode.rs` ([`decode`]: postcard
+//! and its calls), `operator.rs` (operator requests), `decode.rs` ([`decode()`]: postcard
 //! with a nesting limit, for every payload and answer a peer sends).
 
 mod client;
