@@ -68,9 +68,10 @@ pub struct Entry {
     /// The wasm bytes, read once so that what is hashed is what is compiled.
     pub wasm: Arc<[u8]>,
     /// What identifies this version of the plugin: `sha256:<hex>` of the wasm bytes, or,
-    /// when the manifest names secrets, of the wasm bytes' digest followed by every secret
-    /// name and value ([`version_digest`]). So a changed secret file is a new version, rolled
-    /// out by handover like a changed wasm file.
+    /// when the manifest names secrets or keeps the state per slot, of the wasm bytes'
+    /// digest with those ([`version_digest`]). So a changed secret file, or a switch
+    /// between a shared and a per-slot state, is a new version, rolled out by handover
+    /// like a changed wasm file.
     pub digest: String,
     /// The SHA-256 of the wasm bytes, in hex: what the runtime's compile cache and its
     /// shared builds are keyed by.
@@ -106,13 +107,19 @@ impl std::fmt::Debug for Secrets {
 
 /// The digest that names a plugin version (see [`Entry::digest`]), from the wasm bytes'
 /// SHA-256. Each field is length-prefixed, so no two different sets of secrets hash the
-/// same input.
-fn version_digest(wasm_digest: &[u8], secrets: &Secrets) -> String {
-    if secrets.is_empty() {
+/// same input. A plugin whose state is per slot is another version than the same wasm
+/// with a shared state (the two load different blobs): its digest says so, while a
+/// shared one's is what it always was.
+fn version_digest(wasm_digest: &[u8], secrets: &Secrets, state: manifest::StateScope) -> String {
+    let per_slot = state == manifest::StateScope::PerSlot;
+    if secrets.is_empty() && !per_slot {
         return format!("sha256:{}", hex::encode(wasm_digest));
     }
     let mut hash = Sha256::new();
     hash.update(b"tenure plugin version with secrets\0");
+    if per_slot {
+        hash.update(b"state per slot\0");
+    }
     hash.update(wasm_digest);
     for (name, value) in secrets.iter() {
         for field in [name.as_bytes(), value.as_bytes()] {
@@ -245,7 +252,7 @@ pub fn read_plugin(
     let secrets = read_secrets(dir, &manifest)?;
     let wasm_digest = Sha256::digest(&wasm);
     Ok(Entry {
-        digest: version_digest(&wasm_digest, &secrets),
+        digest: version_digest(&wasm_digest, &secrets, manifest.state),
         wasm_digest: hex::encode(wasm_digest),
         name,
         wasm_path: wasm_path.to_path_buf(),
@@ -549,6 +556,22 @@ mod tests {
         let changed = read_plugin(&wasm, Some(&toml)).unwrap();
         assert_ne!(changed.digest, entry.digest);
         assert!(!changed.digest.contains("hunter"));
+    }
+
+    #[test]
+    fn a_state_per_slot_is_another_version_of_the_same_wasm() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("a.wasm");
+        let toml = dir.path().join("a.toml");
+        std::fs::write(&wasm, b"\0asm\x0d\0\x01\0").unwrap();
+        let plain = read_plugin(&wasm, None).unwrap();
+        std::fs::write(&toml, "state = \"shared\"\n").unwrap();
+        let shared = read_plugin(&wasm, Some(&toml)).unwrap();
+        std::fs::write(&toml, "state = \"per-slot\"\n").unwrap();
+        let per_slot = read_plugin(&wasm, Some(&toml)).unwrap();
+        // A shared state's digest is what it always was; a per-slot one's is another.
+        assert_eq!(shared.digest, plain.digest);
+        assert_ne!(per_slot.digest, plain.digest);
     }
 
     #[test]

@@ -155,6 +155,12 @@ impl StateBackend for SlotState {
     }
 
     fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>> {
+        let version = self.0.shared.read(|c| c.version);
+        let needs = crate::version::SLOT_STATE;
+        if version < needs {
+            let why = format!("a state per slot needs cluster version {needs}; it is {version}");
+            return Box::pin(async move { Err(StateError::Unavailable(why)) });
+        }
         let command = Command::SaveSlotState {
             resource: grant.resource.clone(),
             slot: grant.slot,

@@ -299,7 +299,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let mut owner = Owner::new(shared.clone(), deps, plugin_threads.handle());
     let mut folder = Folder::new(runtime, timing, plugin_threads.handle());
-    let mut plugins = folder.plugins();
+    let mut plugins = folder.plugins(shared.read(|c| c.version));
     let mut applied = shared.control.applied();
     let mut deadline = shared.deadline();
     let mut systemd = notify::Notifier::from_env();
@@ -366,7 +366,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             unpublished = true;
         }
         if unpublished && (!folder.loading() || published_at.elapsed() >= PUBLISH_EVERY) {
-            plugins = folder.plugins();
+            plugins = folder.plugins(version);
             adverts_tx.send_replace(Some(folder.adverts(version)));
             published_at = tokio::time::Instant::now();
             unpublished = false;

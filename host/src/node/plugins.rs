@@ -141,11 +141,18 @@ impl Folder {
         }
     }
 
-    /// The compiled versions, by (resource, digest).
-    pub fn plugins(&self) -> Plugins {
+    /// The compiled versions, by (resource, digest), that this node may run at
+    /// `cluster_version`: a plugin that keeps its state per slot only once the version
+    /// allows it (a grant that came from an advert of before is not started: see
+    /// [`Folder::adverts`]).
+    pub fn plugins(&self, cluster_version: u32) -> Plugins {
         Arc::new(
             self.loaded
                 .values()
+                .filter(|l| {
+                    l.entry.manifest.state == StateScope::Shared
+                        || cluster_version >= crate::version::SLOT_STATE
+                })
                 .map(|l| {
                     (
                         (l.entry.manifest.resource.clone(), l.entry.digest.clone()),

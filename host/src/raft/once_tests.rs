@@ -379,3 +379,29 @@ async fn a_stamped_proposal_whose_answer_was_lost_is_asked_again_and_applied_onc
     );
     group.shutdown().await;
 }
+
+/// A command that needs a cluster version above the one applied is appended by no one,
+/// the leader's own proposals included: members of an older build could not read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_beyond_the_cluster_s_version_is_not_appended_even_by_the_leader() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let control = group.control(&leader);
+    let before = control.metrics().borrow().last_log_index;
+    let save = Command::SaveSlotState {
+        resource: "r".into(),
+        slot: 1,
+        token: 1,
+        data: b"x".to_vec(),
+    };
+    let answer = control.propose_here(save).await;
+    assert!(
+        matches!(&answer, Err(e) if e.to_string().contains("needs cluster version 7")),
+        "{answer:?}"
+    );
+    assert_eq!(control.metrics().borrow().last_log_index, before);
+    group.shutdown().await;
+}

@@ -186,6 +186,12 @@ impl Shared {
                     unknown = Some(why.clone());
                     why
                 }
+                // An earlier copy may still commit: whatever this attempt says, the
+                // outcome is not known.
+                Attempt::Done(Err(e)) if unknown.is_some() => {
+                    let why = unknown.unwrap_or_default();
+                    return Err(ProposeError::Unknown(format!("{why}; asked again: {e}")));
+                }
                 Attempt::Done(result) => return result.map(|o| batch_shaped(o, &command)),
                 Attempt::Retry(why) => why,
             };
@@ -202,11 +208,19 @@ impl Shared {
                 });
             }
             tracing::debug!(event = crate::events::CONTROL_ERROR, %last, "proposal not taken; retrying");
-            // A leader change wakes us at once; otherwise retry after a growing wait.
+            // A leader change wakes us at once; otherwise retry after a growing wait. After
+            // an unknown outcome only the wait does: the leader may be alive and appending
+            // (every append changes the metrics), and each attempt adds a copy to the log.
             metrics.borrow_and_update();
             let until = (now + wait).min(deadline);
+            let woken = async {
+                if unknown.is_some() {
+                    std::future::pending::<()>().await;
+                }
+                let _ = metrics.changed().await;
+            };
             tokio::select! {
-                _ = metrics.changed() => {}
+                () = woken => {}
                 _ = tokio::time::sleep_until(until.into()) => {}
             }
             wait = (wait * 2).min(MAX_RETRY_WAIT);
@@ -222,11 +236,29 @@ impl Shared {
         if !self.is_leader() {
             return Err(not_leader());
         }
+        if let Some(why) = self.beyond_version(&command) {
+            return Err(ProposeError::Refused(why));
+        }
         let deadline = Instant::now() + self.options.propose_timeout;
         match self.write_locally(&command, deadline).await {
             Attempt::Done(result) => result,
             Attempt::Retry(_) => Err(not_leader()),
         }
+    }
+
+    /// Why `command` may not be appended yet, if so: it needs a cluster version above the
+    /// one this node has applied (members of an older build could not read it).
+    fn beyond_version(&self, command: &Proposal) -> Option<String> {
+        let version = self
+            .cluster_version
+            .load(std::sync::atomic::Ordering::Acquire);
+        let needs = command.needs_version();
+        (version < needs).then(|| {
+            format!(
+                "this proposal needs cluster version {needs}; {} has applied {version} so far",
+                self.name
+            )
+        })
     }
 
     /// This run, if this node stamps its proposals now: the cluster's version allows
@@ -392,8 +424,13 @@ impl Shared {
         }
     }
 
-    /// Commits on this node, the leader.
+    /// Commits on this node, the leader. Nothing the cluster's version does not reach is
+    /// appended, whoever proposed it (a member's PROPOSE is checked in `serve_propose`
+    /// too): members of an older build could not read it.
     async fn write_locally(&self, command: &Proposal, deadline: Instant) -> Attempt {
+        if let Some(why) = self.beyond_version(command) {
+            return Attempt::Retry(why);
+        }
         let write = self.raft.client_write(command.clone());
         match tokio::time::timeout_at(deadline.into(), write).await {
             Ok(Ok(written)) => Attempt::Done(Ok(written.data)),
@@ -534,15 +571,8 @@ impl Shared {
         // it would reach members whose build cannot read it: not appended. An honest
         // member sends one once its own replica applied the raise, which may be before
         // this leader did (a new leader still applying what it committed): it retries.
-        let version = self
-            .cluster_version
-            .load(std::sync::atomic::Ordering::Acquire);
-        let needs = marked.needs_version();
-        if version < needs {
-            return ProposeReply::NotYet(format!(
-                "this proposal needs cluster version {needs}; {} has applied {version} so far",
-                self.name
-            ));
+        if let Some(why) = self.beyond_version(&marked) {
+            return ProposeReply::NotYet(why);
         }
         let write = self.raft.client_write(marked);
         match tokio::time::timeout(self.options.propose_timeout, write).await {
