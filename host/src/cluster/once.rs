@@ -14,8 +14,8 @@
 //! ([`super::Proposal::Stamped`]). The state machine keeps, per member, the run's answers
 //! to the numbers it applied ([`super::Applied`], in snapshots too) and answers a number
 //! it has seen with the first answer, changing nothing. Batches commit out of order, so
-//! the answers are a set, not a counter. Only answers of commands that changed the state
-//! are kept (`keep_answer` says why). They are forgotten below `low`, the run's lowest
+//! the answers are a set, not a counter. A command that was refused or forbidden leaves
+//! a mark without its message (`keep_answer` says why). Answers are forgotten below `low`, the run's lowest
 //! number still in flight when it proposed: the proposer has its answer, or stopped
 //! waiting for it. A command that arrives with a forgotten number is refused, never
 //! applied, so a copy that commits after its proposer stopped waiting changes nothing
@@ -99,7 +99,12 @@ impl Cluster {
             return Seen::New;
         }
         if let Some(answer) = record.answers.get(&seq) {
-            return Seen::Repeat(answer.clone());
+            return Seen::Repeat(match answer {
+                Response::Refused(mark) if mark.is_empty() => Response::Refused(format!(
+                    "command {seq} of {member}'s run was applied before and refused then (it changed nothing); it is not applied again"
+                )),
+                answer => answer.clone(),
+            });
         }
         if seq < record.low {
             return Seen::Refused(format!(
@@ -112,19 +117,20 @@ impl Cluster {
 
     /// Keeps `answer` for `seq` (a record of another run gives way to this one's).
     ///
-    /// Only answers of a command that changed the state are kept: one refused, stale or
-    /// forbidden changed nothing, so applying a copy of it is no second application (the
-    /// copy meets the state as it is then), and keeping nothing for it leaves a member no
-    /// way to fill the replicated state with its own error messages. Their answers are
-    /// fixed-size (`Done`, a session, a grant), so a record is at most [`MAX_ANSWERS`]
-    /// small entries.
+    /// A refused or forbidden command is kept as a mark, an empty `Refused`, without its
+    /// message: a member has no way to fill the replicated state with error messages, and
+    /// every kept answer is fixed-size (`Done`, `Stale`, a session, a grant, the mark), so
+    /// a record is at most [`MAX_ANSWERS`] small entries. The mark matters: such a
+    /// command changed nothing, but a copy of it that commits later (a proposer that
+    /// asked again after an unknown outcome, and was answered by another copy) would meet
+    /// a state that has changed since, and could apply after its proposer was told it
+    /// was refused. Keeping every number also records the run's `low` from its first
+    /// command on.
     fn keep_answer(&mut self, member: &str, run: Process, low: u64, seq: u64, answer: &Response) {
-        if matches!(
-            answer,
-            Response::Refused(_) | Response::Stale | Response::Forbidden(_)
-        ) {
-            return;
-        }
+        let answer = match answer {
+            Response::Refused(_) | Response::Forbidden(_) => Response::Refused(String::new()),
+            answer => answer.clone(),
+        };
         let record = self
             .applied
             .entry(member.to_string())
@@ -140,7 +146,7 @@ impl Cluster {
                 answers: BTreeMap::new(),
             };
         }
-        record.answers.insert(seq, answer.clone());
+        record.answers.insert(seq, answer);
         while record.answers.len() > MAX_ANSWERS {
             let (lowest, _) = record.answers.pop_first().expect("not empty");
             record.low = lowest + 1;
@@ -274,6 +280,55 @@ mod tests {
         assert!(!cluster.members.contains_key("late"));
     }
 
+    /// A command refused once is not applied by a copy that commits after the state
+    /// changed: the proposer was told it was refused.
+    #[test]
+    fn a_late_copy_of_a_refused_command_is_not_applied_when_it_would_now_succeed() {
+        let mut cluster = Cluster::default();
+        let me = run(1, 5);
+        // A grant to n2's session 3, which the session opened at index 3 will be.
+        let assign = Command::Assign {
+            resource: "r".into(),
+            slot: 0,
+            node: "n2".into(),
+            session: 3,
+            version: semver::Version::new(1, 0, 0),
+            digest: "d".into(),
+            at_ms: 0,
+        };
+        cluster.apply(
+            1,
+            1,
+            Command::Join {
+                node: "n2".into(),
+                addr: "a:1".into(),
+                labels: Default::default(),
+            },
+        );
+        let first = cluster.apply_proposal(2, 1, stamped("n1", me, 1, vec![(1, assign.clone())]));
+        assert!(
+            matches!(&answers(first)[..], [Response::Refused(_)]),
+            "no session 3 yet: refused"
+        );
+        let open = Command::OpenSession {
+            node: "n2".into(),
+            at_ms: 0,
+        };
+        assert_eq!(cluster.apply(3, 1, open), Response::Session(3));
+        // Without its number the same command would now be granted.
+        let mut plain = cluster.clone();
+        assert!(matches!(
+            plain.apply(4, 1, assign.clone()),
+            Response::Granted { .. }
+        ));
+        let late = cluster.apply_proposal(4, 1, stamped("n1", me, 1, vec![(1, assign)]));
+        assert!(
+            matches!(&answers(late.clone())[..], [Response::Refused(m)] if m.contains("applied before")),
+            "{late:?}"
+        );
+        assert!(cluster.resources.is_empty());
+    }
+
     #[test]
     fn a_newer_run_starts_afresh_and_an_older_one_is_refused() {
         let mut cluster = Cluster::default();
@@ -344,9 +399,12 @@ mod tests {
             .unwrap();
         let outcome = cluster.apply_proposal(1, 1, proposal);
         assert!(matches!(&answers(outcome)[..], [Response::Forbidden(_)]));
-        // A forbidden (or refused, or stale) command changed nothing: nothing is kept of
-        // it, so a member cannot fill the replicated state with its own errors.
-        assert!(cluster.applied.is_empty());
+        // A forbidden (or refused) command is kept as a mark without its message, so a
+        // member cannot fill the replicated state with its own errors.
+        assert_eq!(
+            cluster.applied["n1"].answers,
+            BTreeMap::from([(1, Response::Refused(String::new()))])
+        );
         // A member cannot stamp for another.
         assert!(
             stamped("n2", run(1, 5), 1, Vec::new())
