@@ -144,23 +144,22 @@ impl Folder {
     /// The compiled versions, by (resource, digest), that this node may run at
     /// `cluster_version`: a plugin that keeps its state per slot only once the version
     /// allows it (a grant that came from an advert of before is not started: see
-    /// [`Folder::adverts`]).
+    /// [`Folder::adverts`]). Of two files with one digest for one resource (the same
+    /// wasm under two manifests), the first by name, as the adverts choose: the node runs
+    /// the manifest it advertised.
     pub fn plugins(&self, cluster_version: u32) -> Plugins {
-        Arc::new(
-            self.loaded
-                .values()
-                .filter(|l| {
-                    l.entry.manifest.state == StateScope::Shared
-                        || cluster_version >= crate::version::SLOT_STATE
-                })
-                .map(|l| {
-                    (
-                        (l.entry.manifest.resource.clone(), l.entry.digest.clone()),
-                        l.clone(),
-                    )
-                })
-                .collect(),
-        )
+        let mut plugins = BTreeMap::new();
+        for loaded in self.loaded.values().filter(|l| {
+            l.entry.manifest.state == StateScope::Shared
+                || cluster_version >= crate::version::SLOT_STATE
+        }) {
+            let key = (
+                loaded.entry.manifest.resource.clone(),
+                loaded.entry.digest.clone(),
+            );
+            plugins.entry(key).or_insert_with(|| loaded.clone());
+        }
+        Arc::new(plugins)
     }
 
     /// What this node can run, by resource: one plugin per resource, the first by name;
@@ -463,5 +462,50 @@ mod tests {
             "{} of 50 ended loads were left for later passes",
             folder.loading.len()
         );
+    }
+
+    /// Two files for one resource with the same wasm (so one digest) and different
+    /// manifests: the node runs the one it advertises, the first by name, with its
+    /// manifest's capabilities, not the other's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_plugin_run_for_a_resource_is_the_one_advertised() {
+        let wasm: Arc<[u8]> = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/plugin-0.1.0/counter.wasm"
+        ))
+        .unwrap()
+        .into();
+        let entry = |name: &str, value: &str| Entry {
+            name: name.to_owned(),
+            wasm_path: format!("{name}.wasm").into(),
+            wasm: wasm.clone(),
+            digest: "sha256:same".into(),
+            wasm_digest: "same".into(),
+            manifest: Manifest::parse(
+                name,
+                &format!("resource = \"r\"\n[capabilities]\nenv = {{ WHO = \"{value}\" }}\n"),
+            )
+            .unwrap(),
+            secrets: Secrets::default(),
+        };
+        let runtime = Arc::new(Runtime::new(None).expect("an engine"));
+        let mut folder = Folder::new(
+            runtime,
+            LeaseTiming::default(),
+            tokio::runtime::Handle::current(),
+        );
+        folder.apply(Change::Upsert(Box::new(entry("a", "a"))));
+        folder.apply(Change::Upsert(Box::new(entry("b", "b"))));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while folder.loading() {
+            assert!(tokio::time::Instant::now() < deadline, "loads did not end");
+            folder.next_loaded().await;
+        }
+        assert_eq!(folder.loaded.len(), 2, "both loaded");
+        let adverts = folder.adverts(crate::version::SLOT_STATE);
+        assert_eq!(adverts["r"].plugin, "a");
+        let plugins = folder.plugins(crate::version::SLOT_STATE);
+        let run = &plugins[&("r".to_string(), "sha256:same".to_string())];
+        assert_eq!(run.entry.name, "a", "the plugin run is the one advertised");
     }
 }
