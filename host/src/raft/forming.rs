@@ -15,6 +15,8 @@
 //!   in this cluster before: every node registers itself with a committed `Join` when it
 //!   starts), this node forgot: it refuses to start, saying what happened and what to do
 //!   (remove the old member, then start it with `join`). It never answers as that member.
+//!   Where members of the formed cluster disagree (some know it, others no longer: its
+//!   removal has not reached every replica yet), it asks again until they agree.
 //! - With `peers` (the initial members): once a **majority** of the initial members (this
 //!   node counted) have answered, none knows the node as a member, and every peer that
 //!   already formed the cluster lists it among the initial voters, it forms the cluster
@@ -115,6 +117,13 @@ pub(crate) enum Verdict {
     Wait(Vec<String>),
     /// This node ran in the cluster before and forgot: `by` know it as a member.
     Forgot { by: Vec<String> },
+    /// Members of the formed cluster disagree: `knows` know this node as a member, `not`
+    /// do not. A removal of it (the way back the refusal tells the operator to take) has
+    /// reached some replicas and not yet the others: asked again until they agree.
+    Disagree {
+        knows: Vec<String>,
+        not: Vec<String>,
+    },
     /// The cluster formed without this node (with `peers` only): `by` say so.
     NotInitial { by: Vec<String> },
     /// The nodes asked belong to more than one cluster: each id with who answered it.
@@ -145,6 +154,19 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
         .map(|(name, _)| name.clone())
         .collect();
     if !knows_me.is_empty() {
+        let not: Vec<String> = answers
+            .iter()
+            .filter(|(name, a)| a.as_ref().is_some_and(|a| a.formed) && !knows_me.contains(name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        // Waiting is always safe: this node takes no part in Raft until the answers
+        // agree. It never goes on while any answer knows it.
+        if !not.is_empty() {
+            return Verdict::Disagree {
+                knows: knows_me,
+                not,
+            };
+        }
         return Verdict::Forgot { by: knows_me };
     }
     let silent: Vec<String> = answers
@@ -239,6 +261,7 @@ pub(crate) async fn decide(
         .cloned()
         .collect();
     let mut waiting_told = false;
+    let mut disagree_told = false;
     // Refusals said so far (a peer's answer that it will not talk to this node, such as
     // an older build than the cluster's version): each once, or the node would wait in
     // silence for ever.
@@ -280,6 +303,20 @@ pub(crate) async fn decide(
                         silent.join(", ")
                     );
                     waiting_told = true;
+                }
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            Verdict::Disagree { knows, not } => {
+                if !disagree_told {
+                    tracing::info!(
+                        event = crate::events::CLUSTER_WAITING,
+                        knows = %knows.join(", "),
+                        not = %not.join(", "),
+                        "{} know this node as a member and {} do not (a removal of it still on its way to some replicas?): asking again until they agree",
+                        knows.join(", "),
+                        not.join(", ")
+                    );
+                    disagree_told = true;
                 }
                 tokio::time::sleep(ASK_AGAIN).await;
             }
@@ -406,6 +443,29 @@ mod tests {
             ("n3", info(false, &[], &[])),
         ]);
         assert_eq!(verdict("n2", false, &a), Verdict::Go);
+    }
+
+    /// Right after `tenure member remove`, a replica that has not applied the removal yet
+    /// still knows the node while the others no longer do: the node waits until they
+    /// agree, rather than refusing to start as a node that forgot.
+    #[test]
+    fn replicas_that_disagree_whether_this_node_is_a_member_are_asked_again() {
+        let removed = info(true, &["n1", "n3"], &["n1", "n3"]);
+        let lagging = info(true, &["n1", "n2", "n3"], &["n1", "n2", "n3"]);
+        let a = answers(vec![("n1", removed.clone()), ("n3", lagging.clone())]);
+        for joining in [true, false] {
+            assert_eq!(
+                verdict("n2", joining, &a),
+                Verdict::Disagree {
+                    knows: vec!["n3".into()],
+                    not: vec!["n1".into()]
+                }
+            );
+        }
+        let a = answers(vec![("n1", removed.clone()), ("n3", removed)]);
+        assert_eq!(verdict("n2", true, &a), Verdict::Go);
+        let a = answers(vec![("n1", lagging.clone()), ("n3", lagging)]);
+        assert!(matches!(verdict("n2", true, &a), Verdict::Forgot { .. }));
     }
 
     #[test]
