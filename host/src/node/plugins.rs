@@ -149,10 +149,11 @@ impl Folder {
     /// the manifest it advertised.
     pub fn plugins(&self, cluster_version: u32) -> Plugins {
         let mut plugins = BTreeMap::new();
-        for loaded in self.loaded.values().filter(|l| {
-            l.entry.manifest.state == StateScope::Shared
-                || cluster_version >= crate::version::SLOT_STATE
-        }) {
+        for loaded in self
+            .loaded
+            .values()
+            .filter(|l| runs_at(&l.entry.manifest, cluster_version))
+        {
             let key = (
                 loaded.entry.manifest.resource.clone(),
                 loaded.entry.digest.clone(),
@@ -169,7 +170,7 @@ impl Folder {
         for loaded in self.loaded.values() {
             let manifest = &loaded.entry.manifest;
             let needs = crate::version::SLOT_STATE;
-            if manifest.state == StateScope::PerSlot && cluster_version < needs {
+            if !runs_at(manifest, cluster_version) {
                 if self.reported.insert(format!(
                     "waiting {} {}",
                     loaded.entry.name, loaded.entry.digest
@@ -415,6 +416,12 @@ impl Folder {
         );
         None
     }
+}
+
+/// Whether a plugin with `manifest` may run (and so be advertised) at the cluster's
+/// `version`: one that keeps its state per slot only from [`crate::version::SLOT_STATE`].
+fn runs_at(manifest: &crate::catalog::Manifest, version: u32) -> bool {
+    manifest.state == StateScope::Shared || version >= crate::version::SLOT_STATE
 }
 
 #[cfg(test)]

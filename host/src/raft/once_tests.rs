@@ -23,6 +23,26 @@ async fn allow_stamps(group: &Group, leader: &str, all: &[&str]) {
     group.converge(all).await;
 }
 
+/// Three nodes whose cluster's version allows stamps, and their leader.
+async fn three_that_stamp() -> (Group, [&'static str; 3], String) {
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    allow_stamps(&group, &leader, &all).await;
+    (group, all, leader)
+}
+
+/// The index of the last entry in `name`'s log.
+fn last_index(group: &Group, name: &str) -> u64 {
+    group
+        .control(name)
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0)
+}
+
 /// `name`'s run, as its proposals stamp it.
 fn run_of(group: &Group, name: &str) -> Process {
     Process {
@@ -159,11 +179,7 @@ async fn a_command_sent_twice_with_one_stamp_is_applied_once_on_every_replica() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stamped_burst_is_combined_and_answered_in_place() {
     init_logs();
-    let mut group = Group::new();
-    let all = ["n1", "n2", "n3"];
-    group.bootstrap(&all, 3).await;
-    let leader = group.leader(&all).await;
-    allow_stamps(&group, &leader, &all).await;
+    let (group, all, leader) = three_that_stamp().await;
     let follower = all.iter().find(|n| **n != leader).unwrap().to_string();
     for proposer in [follower, leader.clone()] {
         super::tests::burst_in_few_entries(&group, &leader, &proposer).await;
@@ -248,14 +264,7 @@ async fn a_retry_after_forward_to_leader_whose_entry_still_commits_applies_once(
         drop(w, to, APPEND_ENTRIES, true);
     }
     drop(l, w, PROPOSE, true);
-    let last = |n: &str| {
-        group
-            .control(n)
-            .metrics()
-            .borrow()
-            .last_log_index
-            .unwrap_or(0)
-    };
+    let last = |n: &str| last_index(&group, n);
     let k = last(l);
     eprintln!("[f8] L={l} F={f} W={w} A={a} B={b}, k={k}");
 
@@ -320,11 +329,7 @@ async fn a_stamped_proposal_whose_answer_was_lost_is_asked_again_and_applied_onc
     use super::kinds::APPEND_ENTRIES;
     use super::network::DROPPED;
     init_logs();
-    let mut group = Group::new();
-    let all = ["n1", "n2", "n3"];
-    group.bootstrap(&all, 3).await;
-    let l = group.leader(&all).await;
-    allow_stamps(&group, &l, &all).await;
+    let (mut group, all, l) = three_that_stamp().await;
     let others: Vec<&str> = all.iter().copied().filter(|n| *n != l.as_str()).collect();
     let (l, f) = (l.as_str(), others[0]);
     assert_eq!(
@@ -341,14 +346,7 @@ async fn a_stamped_proposal_whose_answer_was_lost_is_asked_again_and_applied_onc
             .unwrap()
             .insert((addr(l), addr(to), APPEND_ENTRIES));
     }
-    let last = |n: &str| {
-        group
-            .control(n)
-            .metrics()
-            .borrow()
-            .last_log_index
-            .unwrap_or(0)
-    };
+    let last = |n: &str| last_index(&group, n);
     let k = last(l);
     let proposer = group.control(f).shared.clone();
     let me = f.to_string();
