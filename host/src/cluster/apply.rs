@@ -390,6 +390,7 @@ impl Cluster {
                 }
                 self.members.remove(&node);
                 self.applied.remove(&node);
+                self.stores.remove(&node);
                 for skipped in self.cooldown.values_mut() {
                     skipped.remove(&node);
                 }

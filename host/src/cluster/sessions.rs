@@ -104,6 +104,9 @@ impl Cluster {
             id: index,
             opened_ms: at_ms,
         });
+        if self.version >= crate::version::ADDRESSED {
+            self.stores.insert(node.clone(), process.store);
+        }
         self.session_processes.insert(
             node,
             SessionProcess {

@@ -65,6 +65,15 @@ pub struct Cluster {
     /// hashes while empty, as `applied` is.
     #[serde(default)]
     pub slot_state: BTreeMap<String, BTreeMap<u32, Blob>>,
+    /// Which store each member's name belongs to: the store of the process that last
+    /// opened its session (`sessions.rs`), recorded from cluster version
+    /// [`crate::version::ADDRESSED`]. Raft's messages to a member name this store, and a
+    /// node under that name with another store (a wiped or replaced disk that rejoined)
+    /// refuses them (`raft/service.rs`): it never answers for its old self. Kept when
+    /// the session ends, dropped with the member. Last, and left out of images and
+    /// hashes while empty, as `applied` and `slot_state` are.
+    #[serde(default)]
+    pub stores: BTreeMap<String, super::StoreId>,
 }
 
 /// One member's run's recent stamped commands and their answers (`once.rs`).
@@ -582,16 +591,20 @@ impl Handover {
 }
 
 /// How many maps end [`Cluster`]'s encoding that [`drop_empty_tail`] may leave out:
-/// [`Cluster::applied`], then [`Cluster::slot_state`].
-pub(crate) const TAIL_MAPS: usize = 2;
+/// [`Cluster::applied`], [`Cluster::slot_state`], then [`Cluster::stores`].
+pub(crate) const TAIL_MAPS: usize = 3;
 
 /// Leaves out the empty maps at the end of `bytes`, the postcard encoding of an image or
-/// state that ends with `cluster`: [`Cluster::slot_state`] if empty, then
-/// [`Cluster::applied`] if that is empty too. An empty map is one zero byte, its length.
-/// So a state that uses neither is byte for byte what a build before them writes and
+/// state that ends with `cluster`: [`Cluster::stores`] if empty, then
+/// [`Cluster::slot_state`] if that is empty too, then [`Cluster::applied`]. An empty map is one zero byte, its length.
+/// So a state that uses none of them is byte for byte what a build before them writes and
 /// hashes; a reader appends the zeros back (`raft/state_machine.rs`, `Image::decode`).
 pub(crate) fn drop_empty_tail(bytes: &mut Vec<u8>, cluster: &Cluster) {
-    for empty in [cluster.slot_state.is_empty(), cluster.applied.is_empty()] {
+    for empty in [
+        cluster.stores.is_empty(),
+        cluster.slot_state.is_empty(),
+        cluster.applied.is_empty(),
+    ] {
         if !empty {
             return;
         }

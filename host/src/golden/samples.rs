@@ -211,6 +211,17 @@ pub(crate) fn commands() -> Vec<Command> {
             token: 24,
             data: 7u64.to_le_bytes().to_vec(),
         },
+        // 26: n1's process opens a new session after its session 21 ended: at version 8
+        // its store is recorded (`Cluster::stores`).
+        Command::OpenSessionOf {
+            node: "n1".into(),
+            at_ms: T0 + 26,
+            process: Process {
+                store: StoreId::from_bytes([0x5b; 16]),
+                incarnation: 1_767_225_600_000_000,
+            },
+            ended: Some(21),
+        },
     ]
 }
 

@@ -368,15 +368,18 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     assert!(old.ends_with(&image.cluster.encode().unwrap()));
 }
 
-/// The maps that end an image (stamped answers, then per-slot state) are left out while
-/// empty, from the end: every combination reads back as written, and an image cut short
-/// by one byte more is refused, not read as another state.
+/// The maps that end an image (stamped answers, per-slot state, then members' stores)
+/// are left out while empty, from the end: every combination reads back as written, and
+/// an image cut short by one byte more is refused, not read as another state.
 #[test]
 fn an_image_s_empty_tail_is_left_out_and_read_back() {
     use super::state_machine::{Image, encode_image};
     let full = crate::golden::samples::cluster();
-    assert!(!full.applied.is_empty() && !full.slot_state.is_empty());
-    let without = |applied: bool, slot_state: bool| {
+    assert!(!full.applied.is_empty() && !full.slot_state.is_empty() && !full.stores.is_empty());
+    let image = fixture_image(5);
+    let base = Image::decode(&image).unwrap();
+    for kept in 0..8u8 {
+        let (applied, slot_state, stores) = (kept & 1 != 0, kept & 2 != 0, kept & 4 != 0);
         let mut cluster = full.clone();
         if !applied {
             cluster.applied.clear();
@@ -384,17 +387,14 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
         if !slot_state {
             cluster.slot_state.clear();
         }
-        cluster
-    };
-    let image = fixture_image(5);
-    let base = Image::decode(&image).unwrap();
-    for (applied, slot_state, left_out) in [
-        (true, true, 0),
-        (true, false, 1),
-        (false, true, 0),
-        (false, false, 2),
-    ] {
-        let cluster = without(applied, slot_state);
+        if !stores {
+            cluster.stores.clear();
+        }
+        // Empty maps from the end are left out, up to the first that is not empty.
+        let left_out = [stores, slot_state, applied]
+            .iter()
+            .take_while(|kept| !**kept)
+            .count();
         let bytes = encode_image(&base.applied, &base.membership, &cluster).unwrap();
         let whole = postcard::to_allocvec(&Image {
             applied: base.applied,
@@ -402,19 +402,16 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
             cluster: cluster.clone(),
         })
         .unwrap();
-        assert_eq!(
-            bytes.len() + left_out,
-            whole.len(),
-            "{applied} {slot_state}"
-        );
+        let case = format!("applied {applied}, slot state {slot_state}, stores {stores}");
+        assert_eq!(bytes.len() + left_out, whole.len(), "{case}");
         let read = Image::decode(&bytes).unwrap();
-        assert_eq!(read.cluster, cluster, "{applied} {slot_state}");
+        assert_eq!(read.cluster, cluster, "{case}");
         assert!(
             Image::decode(&bytes[..bytes.len() - 1]).is_err(),
-            "{applied} {slot_state}: one byte short"
+            "{case}: one byte short"
         );
         // The whole encoding reads too (an image written with its empty maps).
-        assert_eq!(Image::decode(&whole).unwrap().cluster, cluster);
+        assert_eq!(Image::decode(&whole).unwrap().cluster, cluster, "{case}");
     }
 }
 

@@ -40,7 +40,9 @@
 //! Known gap: between a node's first start and the commit of its `Join` (normally well
 //! under a second), the cluster does not yet list it, so a wipe in that window goes
 //! unnoticed; etcd's "already bootstrapped" check (a member's published attributes) has
-//! the same window. Member ids bound to store ids close it (DESIGN.md, "Identity").
+//! the same window. Once the node has rejoined, messages meant for its old self name the
+//! old store and are refused (`service.rs`); ids bound to stores at admission would close
+//! this window too.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

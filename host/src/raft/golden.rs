@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
-use super::kinds::{JoinReply, ProposeReply};
+use super::kinds::{Addressed, JoinReply, ProposeReply};
 use super::state_machine::{Image, Stored};
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, Fatal, InstallSnapshotRequest,
@@ -114,7 +114,8 @@ pub(crate) fn golden_store_samples() -> Vec<Sample> {
     samples
 }
 
-/// The control plane's messages: Raft's three, PROPOSE and JOIN, each request and answer.
+/// The control plane's messages: Raft's three (plain and addressed), PROPOSE and JOIN, each
+/// request and answer (an addressed kind's answer is its plain kind's).
 pub(crate) fn golden_wire_samples() -> Vec<Sample> {
     let vote = Vote::new_committed(3, node_id("n1"));
     let mut samples = vec![
@@ -180,6 +181,41 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             &Ok::<_, RaftError<openraft::error::InstallSnapshotError>>(InstallSnapshotResponse {
                 vote,
             }),
+        ),
+        Sample::of(
+            "append-entries-to-4-request",
+            &Addressed {
+                to: Some(crate::cluster::StoreId::from_bytes([0x5b; 16])),
+                request: AppendEntriesRequest {
+                    vote,
+                    prev_log_id: Some(log_id(3, 18)),
+                    entries: vec![entry(3, 19, EntryPayload::Blank)],
+                    leader_commit: Some(log_id(3, 18)),
+                },
+            },
+        ),
+        Sample::of(
+            "vote-to-5-request",
+            &Addressed {
+                to: None,
+                request: VoteRequest {
+                    vote: Vote::new(4, node_id("n2")),
+                    last_log_id: Some(log_id(3, 19)),
+                },
+            },
+        ),
+        Sample::of(
+            "install-snapshot-to-6-request",
+            &Addressed {
+                to: Some(crate::cluster::StoreId::from_bytes([0x5b; 16])),
+                request: InstallSnapshotRequest {
+                    vote,
+                    meta: snapshot_meta(),
+                    offset: 0,
+                    data: vec![1, 2, 3, 4],
+                    done: true,
+                },
+            },
         ),
         Sample::of("join-11-request", &Peer::new("n3", "10.0.0.3:7400")),
         Sample::of("join-11-answer-joined", &JoinReply::Joined { voter: false }),

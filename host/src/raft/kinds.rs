@@ -31,6 +31,15 @@ pub const VOTE: u16 = 2;
 /// Raft InstallSnapshot, one chunk: `InstallSnapshotRequest` →
 /// `Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>`.
 pub const INSTALL_SNAPSHOT: u16 = 3;
+/// [`APPEND_ENTRIES`], naming the store it is for: `Addressed<AppendEntriesRequest>`,
+/// the same answer. Sent from cluster version [`crate::version::ADDRESSED`]; the three
+/// `_TO` kinds are refused by a node of another store (`service.rs`).
+pub const APPEND_ENTRIES_TO: u16 = 4;
+/// [`VOTE`], naming the store it is for: `Addressed<VoteRequest>`, the same answer.
+pub const VOTE_TO: u16 = 5;
+/// [`INSTALL_SNAPSHOT`], naming the store it is for: `Addressed<InstallSnapshotRequest>`,
+/// the same answer.
+pub const INSTALL_SNAPSHOT_TO: u16 = 6;
 /// A [`crate::cluster::Proposal`] for the leader to commit → [`ProposeReply`]. The
 /// leader refuses a payload over `ControlOptions::max_command` unread.
 pub const PROPOSE: u16 = 10;
@@ -51,8 +60,28 @@ pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 pub(crate) fn is_control(kind: u16) -> bool {
     matches!(
         kind,
-        APPEND_ENTRIES | VOTE | INSTALL_SNAPSHOT | PROPOSE | JOIN | STORE_INFO | REPLICA_HASHES
+        APPEND_ENTRIES
+            | VOTE
+            | INSTALL_SNAPSHOT
+            | APPEND_ENTRIES_TO
+            | VOTE_TO
+            | INSTALL_SNAPSHOT_TO
+            | PROPOSE
+            | JOIN
+            | STORE_INFO
+            | REPLICA_HASHES
     )
+}
+
+/// A Raft message for the member of one store: `to` is the store the sender's replica
+/// records for the recipient's name ([`crate::cluster::Cluster::stores`]), `None` while
+/// it records none (the member has not opened a session since the cluster reached
+/// [`crate::version::ADDRESSED`]). A node under that name with another store refuses
+/// it: it is not the member the sender means, only its successor under the same name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Addressed<T> {
+    pub to: Option<crate::cluster::StoreId>,
+    pub request: T,
 }
 
 /// The answer to [`PROPOSE`].

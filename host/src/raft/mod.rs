@@ -77,6 +77,8 @@ mod state_machine;
 mod types;
 
 #[cfg(test)]
+mod addressed_tests;
+#[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
 mod decode_proptests;
@@ -440,7 +442,13 @@ impl Control {
         let me = node_id(&options.name);
         let endpoint = Endpoint::default();
         let links = network::Links::default();
-        let network = Network::new(me, endpoint.clone(), links.clone(), options.max_payload);
+        let network = Network::new(
+            me,
+            endpoint.clone(),
+            links.clone(),
+            options.max_payload,
+            cluster.clone(),
+        );
         let raft = Raft::new(me, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| ControlError::Start(e.to_string()))?;

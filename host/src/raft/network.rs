@@ -27,6 +27,12 @@
 //! completes, while a task runs to the transport's own bounds and records the outcome in
 //! the peer's [`Link`].
 //!
+//! **Addressed.** From cluster version [`crate::version::ADDRESSED`], each message goes as
+//! its `_TO` kind (`kinds.rs`) and names the store the replica records for the peer's
+//! name: a node that lost its disk and rejoined under its old name refuses what was
+//! meant for its old self (`service.rs`), so a replica that missed its rejoin cannot
+//! count its vote as the old member's.
+//!
 //! Snapshots go as chunks (openraft's default `full_snapshot`, one INSTALL_SNAPSHOT call
 //! per `snapshot_max_chunk_size` bytes), each well below the transport's frame limit.
 
@@ -41,13 +47,14 @@ use openraft::{RPCTypes, error::RPCError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::kinds;
+use super::kinds::{self, Addressed};
 use super::link::{self, Admission, Link};
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotError,
     InstallSnapshotRequest, InstallSnapshotResponse, NodeId, Peer, RaftError, RpcError, TypeConfig,
     VoteRequest, VoteResponse,
 };
+use crate::cluster::{Cluster, StoreId};
 use crate::rpc::{self, Rpc};
 use crate::transport::TransportError;
 
@@ -85,17 +92,25 @@ pub(crate) struct Network {
     endpoint: Endpoint,
     links: Links,
     max_payload: usize,
+    cluster: Arc<RwLock<Cluster>>,
 }
 
 impl Network {
     /// The network of node `me`, sending messages of at most `max_payload` bytes, with
-    /// its links in `links`.
-    pub(crate) fn new(me: NodeId, endpoint: Endpoint, links: Links, max_payload: usize) -> Network {
+    /// its links in `links`; `cluster` is its replica, which says whom a message is for.
+    pub(crate) fn new(
+        me: NodeId,
+        endpoint: Endpoint,
+        links: Links,
+        max_payload: usize,
+        cluster: Arc<RwLock<Cluster>>,
+    ) -> Network {
         Network {
             me,
             endpoint,
             links,
             max_payload,
+            cluster,
         }
     }
 }
@@ -118,6 +133,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             link,
             endpoint: self.endpoint.clone(),
             max_payload: self.max_payload,
+            cluster: self.cluster.clone(),
         }
     }
 }
@@ -133,6 +149,13 @@ pub(crate) static DROPPED: std::sync::Mutex<std::collections::BTreeSet<(String, 
 /// Test-only: whether a message of `kind` from `from` to `to` is dropped ([`DROPPED`]).
 #[cfg(test)]
 pub(crate) fn dropped(from: &str, to: &str, kind: u16) -> bool {
+    // A test names the plain kind; its addressed form is the same message.
+    let kind = match kind {
+        kinds::APPEND_ENTRIES_TO => kinds::APPEND_ENTRIES,
+        kinds::VOTE_TO => kinds::VOTE,
+        kinds::INSTALL_SNAPSHOT_TO => kinds::INSTALL_SNAPSHOT,
+        other => other,
+    };
     DROPPED
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -147,6 +170,7 @@ pub(crate) struct Client {
     link: Arc<Link>,
     endpoint: Endpoint,
     max_payload: usize,
+    cluster: Arc<RwLock<Cluster>>,
 }
 
 /// Why a call failed, in the terms openraft distinguishes.
@@ -163,6 +187,15 @@ enum Failure {
 struct Message(String);
 
 impl Client {
+    /// Whom this peer's messages are for, once the cluster's version has them name it:
+    /// `Some(store)` (`None` while the replica records no store for the name); `None`
+    /// before the version, when they go as the plain kinds (see the module doc).
+    fn addressee(&self) -> Option<Option<StoreId>> {
+        let cluster = self.cluster.read().unwrap_or_else(PoisonError::into_inner);
+        (cluster.version >= crate::version::ADDRESSED)
+            .then(|| cluster.stores.get(&self.peer.name).copied())
+    }
+
     /// Sends one message of `kind` and returns the answer's payload. Waits at most 3/4 of
     /// `ttl` (openraft's own deadline for the message).
     async fn call(&self, kind: u16, body: Vec<u8>, ttl: Duration) -> Result<Vec<u8>, Failure> {
@@ -340,13 +373,18 @@ impl RaftNetwork<TypeConfig> for Client {
                 ));
             }
         }
-        self.request::<_, _, Fatal, _>(
-            kinds::APPEND_ENTRIES,
-            RPCTypes::AppendEntries,
-            &rpc,
-            option.hard_ttl(),
-        )
-        .await
+        let (action, ttl) = (RPCTypes::AppendEntries, option.hard_ttl());
+        match self.addressee() {
+            Some(to) => {
+                let addressed = Addressed { to, request: &rpc };
+                self.request::<_, _, Fatal, _>(kinds::APPEND_ENTRIES_TO, action, &addressed, ttl)
+                    .await
+            }
+            None => {
+                self.request::<_, _, Fatal, _>(kinds::APPEND_ENTRIES, action, &rpc, ttl)
+                    .await
+            }
+        }
     }
 
     async fn install_snapshot(
@@ -354,13 +392,19 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
-        self.request::<_, _, RaftError<InstallSnapshotError>, _>(
-            kinds::INSTALL_SNAPSHOT,
-            RPCTypes::InstallSnapshot,
-            &rpc,
-            option.hard_ttl(),
-        )
-        .await
+        type Answer = RaftError<InstallSnapshotError>;
+        let (action, ttl) = (RPCTypes::InstallSnapshot, option.hard_ttl());
+        match self.addressee() {
+            Some(to) => {
+                let addressed = Addressed { to, request: &rpc };
+                self.request::<_, _, Answer, _>(kinds::INSTALL_SNAPSHOT_TO, action, &addressed, ttl)
+                    .await
+            }
+            None => {
+                self.request::<_, _, Answer, _>(kinds::INSTALL_SNAPSHOT, action, &rpc, ttl)
+                    .await
+            }
+        }
     }
 
     async fn vote(
@@ -368,8 +412,18 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
-        self.request::<_, _, Fatal, _>(kinds::VOTE, RPCTypes::Vote, &rpc, option.hard_ttl())
-            .await
+        let (action, ttl) = (RPCTypes::Vote, option.hard_ttl());
+        match self.addressee() {
+            Some(to) => {
+                let addressed = Addressed { to, request: &rpc };
+                self.request::<_, _, Fatal, _>(kinds::VOTE_TO, action, &addressed, ttl)
+                    .await
+            }
+            None => {
+                self.request::<_, _, Fatal, _>(kinds::VOTE, action, &rpc, ttl)
+                    .await
+            }
+        }
     }
 
     fn backoff(&self) -> Backoff {

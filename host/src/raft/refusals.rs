@@ -8,7 +8,10 @@
 //!   member this node knows of;
 //! - [`Refusal::JoinForAnother`]: a join naming a node other than the sender;
 //! - [`Refusal::OlderVersion`]: any message from a node whose connection speaks less than
-//!   the cluster's version (an older build, `crate::version`).
+//!   the cluster's version (an older build, `crate::version`);
+//! - [`Refusal::Misaddressed`]: a Raft message that names another store of this node's
+//!   name (`service.rs`): its sender's replica knows an earlier store of this name, one
+//!   whose disk was wiped or replaced before this node rejoined.
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
 //! at most [`LOG_LIMIT`] lines a minute per reason: a hostile member could otherwise fill
@@ -31,14 +34,16 @@ pub enum Refusal {
     NotAMember,
     JoinForAnother,
     OlderVersion,
+    Misaddressed,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::Forbidden,
         Refusal::NotAMember,
         Refusal::JoinForAnother,
         Refusal::OlderVersion,
+        Refusal::Misaddressed,
     ];
 
     /// The metric label and the log's `reason`.
@@ -48,14 +53,15 @@ impl Refusal {
             Refusal::NotAMember => "not-a-member",
             Refusal::JoinForAnother => "join-for-another",
             Refusal::OlderVersion => "older-version",
+            Refusal::Misaddressed => "misaddressed",
         }
     }
 }
 
 /// The counters and the log's rate limit.
 pub(crate) struct Refusals {
-    counts: [AtomicU64; 4],
-    logs: [Mutex<RateLimiter>; 4],
+    counts: [AtomicU64; 5],
+    logs: [Mutex<RateLimiter>; 5],
 }
 
 impl Default for Refusals {

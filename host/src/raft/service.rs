@@ -10,6 +10,10 @@
 //!   other holder of a node certificate cannot win a vote or rewrite a follower's log
 //!   with a higher term (a node with no membership yet takes the first leader that
 //!   reaches it);
+//! - a Raft message that names the store it is for (its `_TO` kind, from cluster version
+//!   8: `kinds.rs`) must name this node's: a node whose disk was wiped or replaced and
+//!   that rejoined under its old name is another member, and a replica that has not yet
+//!   applied its rejoin still means the old one (whose vote and log are gone);
 //! - a proposal must come from a member of the group; it is committed marked with the
 //!   sender's name and applied with that member's rights only (`cluster/authorize.rs`);
 //!   a proposal over the size bound of local ones is refused before it is decoded;
@@ -37,7 +41,8 @@ use super::Shared;
 use super::error::ProposeError;
 use super::kinds::ProposeReply;
 use super::kinds::{
-    self, APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, REPLICA_HASHES, STORE_INFO, VOTE,
+    self, APPEND_ENTRIES, APPEND_ENTRIES_TO, Addressed, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO,
+    JOIN, PROPOSE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
 };
 use super::refusals::Refusal;
 use super::types::{
@@ -126,50 +131,27 @@ impl Shared {
         payload: &[u8],
     ) -> Result<Vec<u8>, String> {
         match kind {
-            APPEND_ENTRIES => {
-                let request: AppendEntriesRequest = decode_from_leader(kind, payload)?;
-                check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
-                refuse_while_forming(self)?;
-                self.check_member(from, "AppendEntries")?;
-                self.check_term(from, request.vote.leader_id().get_term(), "AppendEntries")?;
-                self.appends.send_modify(|n| *n += 1);
-                let term = request.vote.leader_id().get_term();
-                // In flight from before Raft sees it until recorded (`heard.rs`).
-                let hearing = self.heard.hearing().await;
-                let answer = self.raft.append_entries(request).await.map_err(fatal);
-                // Accepted as leader of its term (a conflict too): heard, for the handoff.
-                if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
-                    self.heard.record(term, std::time::Instant::now());
-                }
-                drop(hearing);
-                encode(&answer)
+            APPEND_ENTRIES => self.append(from, decode_from_leader(kind, payload)?).await,
+            APPEND_ENTRIES_TO => {
+                let addressed: Addressed<AppendEntriesRequest> = decode_from_leader(kind, payload)?;
+                self.check_addressee(from, addressed.to, "AppendEntries")?;
+                self.append(from, addressed.request).await
             }
-            VOTE => {
-                let request: VoteRequest = decode(kind, payload)?;
-                check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
-                refuse_while_forming(self)?;
-                self.check_member(from, "vote request")?;
-                let answer = self.raft.vote(request).await.map_err(fatal);
-                encode(&answer)
+            VOTE => self.vote(from, decode(kind, payload)?).await,
+            VOTE_TO => {
+                let addressed: Addressed<VoteRequest> = decode(kind, payload)?;
+                self.check_addressee(from, addressed.to, "vote request")?;
+                self.vote(from, addressed.request).await
             }
             INSTALL_SNAPSHOT => {
-                let request: InstallSnapshotRequest = decode_from_leader(kind, payload)?;
-                check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
-                refuse_while_forming(self)?;
-                self.check_member(from, "snapshot chunk")?;
-                self.check_term(from, request.vote.leader_id().get_term(), "snapshot chunk")?;
-                let vote = request.vote;
-                let hearing = self.heard.hearing().await;
-                let answer = self.raft.install_snapshot(request).await;
-                // Taken from the leader of its term (its vote is at least this node's):
-                // heard, for the handoff, as an append is.
-                if matches!(&answer, Ok(a) if a.vote.partial_cmp(&vote) != Some(Ordering::Greater))
-                {
-                    self.heard
-                        .record(vote.leader_id().get_term(), std::time::Instant::now());
-                }
-                drop(hearing);
-                encode(&answer)
+                self.snapshot(from, decode_from_leader(kind, payload)?)
+                    .await
+            }
+            INSTALL_SNAPSHOT_TO => {
+                let addressed: Addressed<InstallSnapshotRequest> =
+                    decode_from_leader(kind, payload)?;
+                self.check_addressee(from, addressed.to, "snapshot chunk")?;
+                self.snapshot(from, addressed.request).await
             }
             PROPOSE => {
                 // The bound a local proposal meets (`Shared::propose`), checked on the
@@ -196,6 +178,81 @@ impl Shared {
                 encode(&self.checksums.list())
             }
             other => Err(format!("kind {other} is not a control plane message")),
+        }
+    }
+
+    /// An AppendEntries from `from`, whatever its kind.
+    async fn append(&self, from: &str, request: AppendEntriesRequest) -> Result<Vec<u8>, String> {
+        check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+        refuse_while_forming(self)?;
+        self.check_member(from, "AppendEntries")?;
+        self.check_term(from, request.vote.leader_id().get_term(), "AppendEntries")?;
+        self.appends.send_modify(|n| *n += 1);
+        let term = request.vote.leader_id().get_term();
+        // In flight from before Raft sees it until recorded (`heard.rs`).
+        let hearing = self.heard.hearing().await;
+        let answer = self.raft.append_entries(request).await.map_err(fatal);
+        // Accepted as leader of its term (a conflict too): heard, for the handoff.
+        if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+            self.heard.record(term, std::time::Instant::now());
+        }
+        drop(hearing);
+        encode(&answer)
+    }
+
+    /// A vote request from `from`, whatever its kind.
+    async fn vote(&self, from: &str, request: VoteRequest) -> Result<Vec<u8>, String> {
+        check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
+        refuse_while_forming(self)?;
+        self.check_member(from, "vote request")?;
+        let answer = self.raft.vote(request).await.map_err(fatal);
+        encode(&answer)
+    }
+
+    /// A snapshot chunk from `from`, whatever its kind.
+    async fn snapshot(
+        &self,
+        from: &str,
+        request: InstallSnapshotRequest,
+    ) -> Result<Vec<u8>, String> {
+        check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
+        refuse_while_forming(self)?;
+        self.check_member(from, "snapshot chunk")?;
+        self.check_term(from, request.vote.leader_id().get_term(), "snapshot chunk")?;
+        let vote = request.vote;
+        let hearing = self.heard.hearing().await;
+        let answer = self.raft.install_snapshot(request).await;
+        // Taken from the leader of its term (its vote is at least this node's):
+        // heard, for the handoff, as an append is.
+        if matches!(&answer, Ok(a) if a.vote.partial_cmp(&vote) != Some(Ordering::Greater)) {
+            self.heard
+                .record(vote.leader_id().get_term(), std::time::Instant::now());
+        }
+        drop(hearing);
+        encode(&answer)
+    }
+
+    /// Refuses a Raft message meant for another store of this node's name: the sender's
+    /// replica records `to` for it, an earlier store whose disk was wiped or replaced
+    /// before this one rejoined under the name (or a later one, were this node the stale
+    /// one). Answering it would be answering for the old member: its vote, its log.
+    fn check_addressee(
+        &self,
+        from: &str,
+        to: Option<crate::cluster::StoreId>,
+        what: &str,
+    ) -> Result<(), String> {
+        match to {
+            Some(store) if store != self.store => {
+                let error = format!(
+                    "a {what} from {from} for {name} of store {store}; this is {name} of store {mine}, which rejoined the cluster as a new member after that store was lost: {from}'s replica has not applied its rejoin yet",
+                    name = self.name,
+                    mine = self.store
+                );
+                self.refusals.record(Refusal::Misaddressed, from, &error);
+                Err(error)
+            }
+            _ => Ok(()),
         }
     }
 

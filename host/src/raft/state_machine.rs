@@ -90,8 +90,8 @@ pub(super) fn encode_image(
 }
 
 impl Image {
-    /// Decodes an image. One that ends where [`Cluster::applied`] or
-    /// [`Cluster::slot_state`] would begin has none of them: those maps are left out of
+    /// Decodes an image. One that ends where [`Cluster::applied`], [`Cluster::slot_state`]
+    /// or [`Cluster::stores`] would begin has none of them (or of those after): those maps are left out of
     /// the encoding while empty (`cluster::drop_empty_tail`), and builds before them never
     /// wrote them, so an image without them is read the same from this build's store, an
     /// older build's, a leader of either build, or a backup.

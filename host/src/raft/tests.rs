@@ -63,10 +63,29 @@ impl Group {
 
     /// Opens node `name` from its data directory (fresh or not) on a new port.
     pub(super) async fn start(&mut self, name: &str, options: ControlOptions) {
+        self.start_on(name, options, config()).await;
+    }
+
+    /// As [`Group::start`], at the address `addr` (`ip:port`): the one a stopped node
+    /// had, as a machine whose disk was replaced comes back.
+    pub(super) async fn start_at(&mut self, name: &str, options: ControlOptions, addr: &str) {
+        let transport = crate::transport::TransportConfig {
+            listen: addr.parse().unwrap(),
+            ..config()
+        };
+        self.start_on(name, options, transport).await;
+    }
+
+    async fn start_on(
+        &mut self,
+        name: &str,
+        options: ControlOptions,
+        transport: crate::transport::TransportConfig,
+    ) {
         let (control, service) = Control::open(options, Arc::new(NoFallback)).await.unwrap();
         let incarnation = INCARNATION.fetch_add(1, Ordering::Relaxed);
         let rpc = Rpc::bind(
-            config(),
+            transport,
             self.certs.node(name),
             incarnation,
             control.cluster_id(),
