@@ -501,13 +501,52 @@ async fn a_raise_this_build_does_not_speak_stops_apply_before_anything_after_it(
 /// would refuse every node of this build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_a_newer_cluster_version_is_not_restored() {
-    use super::backup::{FILE_FORMAT, Header, Taken, sha256, write_file};
-    use super::state_machine::Image;
     let newer = crate::version::protocols().end() + 1;
-    let cluster = Cluster {
+    let (_files, file) = snapshot_file(Cluster {
         version: newer,
         ..Cluster::default()
-    };
+    });
+    let data = tempfile::tempdir().unwrap();
+    let me = super::types::Peer::new("n1", "127.0.0.1:1");
+    let refused = super::recover::restore(data.path(), &file, &me, 0, 0)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("runs at version {newer}"))
+            && refused.contains("nothing was changed"),
+        "{refused}"
+    );
+    assert!(!data.path().join(db::FILE).exists(), "a store was made");
+}
+
+/// A restored cluster records no member's store: the backup's are those of the old
+/// cluster's processes, and the restoring node has a new store. Kept, they would have
+/// the new cluster's leaders address the restoring node as its old store, which it
+/// would refuse (`service.rs`), and the node could never follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_cluster_records_no_member_s_old_store() {
+    let mut cluster = crate::golden::samples::cluster();
+    cluster.version = crate::version::ADDRESSED;
+    let old = crate::cluster::StoreId::from_bytes([0x77; 16]);
+    cluster.stores.insert("n1".into(), old);
+    cluster.stores.insert("n2".into(), old);
+    let (_files, file) = snapshot_file(cluster);
+    let data = tempfile::tempdir().unwrap();
+    let me = super::types::Peer::new("n1", "127.0.0.1:1");
+    super::recover::restore(data.path(), &file, &me, 0, 0)
+        .await
+        .unwrap();
+    let db = db::open(data.path()).await.unwrap();
+    let sm = super::state_machine::StateMachine::open(db, 1 << 30, Default::default()).unwrap();
+    let stores = sm.cluster().read().unwrap().stores.clone();
+    assert!(stores.is_empty(), "{stores:?}");
+}
+
+/// A snapshot file of a cluster in `cluster`'s state, in a temporary directory.
+fn snapshot_file(cluster: Cluster) -> (tempfile::TempDir, std::path::PathBuf) {
+    use super::backup::{FILE_FORMAT, Header, Taken, sha256, write_file};
+    use super::state_machine::Image;
     let image = postcard::to_allocvec(&Image {
         applied: None,
         membership: Default::default(),
@@ -536,16 +575,5 @@ async fn a_snapshot_of_a_newer_cluster_version_is_not_restored() {
         },
     )
     .unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let me = super::types::Peer::new("n1", "127.0.0.1:1");
-    let refused = super::recover::restore(data.path(), &file, &me, 0, 0)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains(&format!("runs at version {newer}"))
-            && refused.contains("nothing was changed"),
-        "{refused}"
-    );
-    assert!(!data.path().join(db::FILE).exists(), "a store was made");
+    (files_dir, file)
 }

@@ -14,7 +14,8 @@
 //! - **A new cluster id.** The recovered node is a new cluster (`cluster/identity.rs`):
 //!   a lost node that comes back after all is refused, not merged.
 //! - **Every session ends, and every other member is forgotten.** The lost nodes come
-//!   back as new members (`join`), as a node that lost its disk does.
+//!   back as new members (`join`), as a node that lost its disk does. No member's store
+//!   is recorded any more (`Cluster::stores`): each is recorded again at its next session.
 //! - **Nothing is granted for a full TTL after the recovered node leads.** The lost
 //!   nodes' plugins may still run for all the survivor knows (a node "lost" may only be
 //!   cut off), and their leases last at most a TTL from their last renewal: the store
@@ -279,6 +280,11 @@ fn forget(
             }),
         );
     }
+    // The stores recorded are the old cluster's processes'; a restore runs on a new
+    // store, and each member's is recorded again when it next opens a session. Kept,
+    // the new cluster's leaders would address this node as its old store, and it would
+    // refuse them (`service.rs`).
+    cluster.stores.clear();
     (sessions.into_iter().map(|(n, _)| n).collect(), others)
 }
 
