@@ -1,7 +1,7 @@
 //! Fault injection: a seeded run of five real nodes under kills, pauses, shutdowns,
 //! certificate rotations, plugin rollouts, lost disks ("wipe": a node's data dir emptied;
-//! "replace": the same name on a new address with a fresh data dir; either is refused as
-//! its old self and comes back by the operator's way, `member remove` then `join`) and
+//! "replace": the same name on a new address with a fresh data dir; either never answers
+//! as its old self, and comes back as a new member once its old session has ended) and
 //! partitions, checked afterwards by
 //! `support/checker.rs`; the checker's own tests on hand-made logs; and a deliberately
 //! broken build (`TENURE_UNSAFE_NO_SELF_DEMOTION=1`) that the checker must catch.
@@ -435,33 +435,11 @@ fn seeded_fault_run() {
     );
 }
 
-/// Starts node `i`, whose data dir was emptied, and brings it back the way the refusal
-/// tells the operator to: it must refuse to start as its old self (it forgot its votes and
-/// log, issue 24); once its old session has expired, `tenure member remove` takes the old
-/// member out, and the node, now configured to `join`, comes back as a new member.
+/// Starts node `i`, whose data dir was emptied, with its config as it was: it never
+/// answers as its old self (it forgot its votes and log, issue 24), and asks the leader to
+/// remove its old member, which the leader does once the old session has ended; then it
+/// joins as a new member, with no operator (`raft/replace.rs`).
 fn come_back_as_a_new_member(c: &mut Cluster, i: usize) {
-    let name = c.name(i).to_string();
-    c.spawn(i);
-    let (status, stderr) = c.wait_refused(i);
-    assert!(
-        !status.success() && stderr.contains("has run in this cluster before"),
-        "{name} with an empty data dir was not refused as its old self ({status}): {stderr}"
-    );
-    c.remove_member(&name);
-    let config = c.node(i).dir().join("tenure.toml");
-    if std::fs::read_to_string(&config)
-        .unwrap()
-        .contains("\npeers = ")
-    {
-        c.switch_to_join(i);
-    }
-    // The members as they are now (an earlier "replace" moved one), as an operator
-    // would list them.
-    let members: Vec<String> = (0..c.len())
-        .filter(|&j| j != i)
-        .map(|j| format!("{}@{}", c.name(j), c.member(j).addr))
-        .collect();
-    c.set_join(i, &members);
     c.spawn(i);
     c.wait_event(i, "the wiped node joined as a new member", 0, |e| {
         is("cluster.joined").matches(e)

@@ -45,7 +45,8 @@ pub const SLOT_STATE: u32 = 7;
 /// The version from which Raft's messages name the store of the member they are for
 /// ([`crate::cluster::Cluster::stores`], the kinds `raft::kinds::APPEND_ENTRIES_TO`,
 /// `VOTE_TO` and `INSTALL_SNAPSHOT_TO`), and a node of another store under that name
-/// refuses them. Version 7 builds know neither the kinds nor the map.
+/// refuses them. Version 6 builds (0.2.0) know neither the kinds nor the map; the same
+/// release as [`STAMPS`].
 pub const ADDRESSED: u32 = 7;
 
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.

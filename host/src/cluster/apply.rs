@@ -353,7 +353,11 @@ impl Cluster {
             Command::RaiseVersion { to } => {
                 // Never lowered: a member may already rely on what the higher version
                 // allows.
+                let before = self.version;
                 self.version = self.version.max(to);
+                if before < crate::version::ADDRESSED && self.version >= crate::version::ADDRESSED {
+                    self.record_live_stores();
+                }
                 Response::Done
             }
             Command::Probe { node } => {

@@ -118,6 +118,25 @@ impl Cluster {
         Response::Session(index)
     }
 
+    /// At the raise to [`crate::version::ADDRESSED`]: records the store of each member
+    /// whose live session a process of a known store opened ([`Cluster::stores`]), so
+    /// that Raft's messages name it from the raise on, not only from its next session.
+    pub(super) fn record_live_stores(&mut self) {
+        for (name, member) in &self.members {
+            let Some(session) = member.session.as_ref().map(|s| s.id) else {
+                continue;
+            };
+            if let Some(process) = self
+                .session_processes
+                .get(name)
+                .filter(|p| p.session == session)
+                .and_then(|p| p.process)
+            {
+                self.stores.insert(name.clone(), process.store);
+            }
+        }
+    }
+
     /// Marks the session of `record` superseded by `newer`, and refuses the request.
     fn supersede(&mut self, node: &str, mut record: SessionProcess, newer: Process) -> Response {
         record.superseded_by = Some(newer);
@@ -355,5 +374,59 @@ mod tests {
             log.open(process(1, 10), None),
             Response::Session(_)
         ));
+    }
+    /// A member's store is recorded when a process opens its session from the version
+    /// that addresses Raft's messages, and, at the raise itself, for the sessions open
+    /// then; it stays when the session ends, and goes with the member.
+    #[test]
+    fn members_stores_are_recorded_from_the_raise_and_dropped_with_the_member() {
+        let mut log = Log::new();
+        let Response::Session(first) = log.open(process(1, 1), None) else {
+            panic!()
+        };
+        assert!(log.cluster.stores.is_empty(), "before the version");
+        log.apply(Command::RaiseVersion {
+            to: crate::version::ADDRESSED,
+        });
+        assert_eq!(
+            log.cluster.stores.get("a"),
+            Some(&StoreId::from_bytes([1; 16])),
+            "the live session's store, at the raise"
+        );
+        log.apply(Command::EndSession {
+            node: "a".into(),
+            session: first,
+            expired_in: None,
+            at_ms: 0,
+        });
+        assert!(
+            log.cluster.stores.contains_key("a"),
+            "kept past the session"
+        );
+        assert!(matches!(
+            log.open(process(2, 1), None),
+            Response::Session(_)
+        ));
+        assert_eq!(
+            log.cluster.stores.get("a"),
+            Some(&StoreId::from_bytes([2; 16]))
+        );
+        let Response::Session(second) = log.open(process(2, 1), None) else {
+            panic!()
+        };
+        log.apply(Command::EndSession {
+            node: "a".into(),
+            session: second,
+            expired_in: None,
+            at_ms: 0,
+        });
+        assert_eq!(
+            log.apply(Command::Remove {
+                node: "a".into(),
+                at_ms: 0
+            }),
+            Response::Done
+        );
+        assert!(log.cluster.stores.is_empty(), "gone with the member");
     }
 }

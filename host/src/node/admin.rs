@@ -89,9 +89,16 @@ impl Admin for NodeAdmin {
                     }
                     (vetted.command, message, vetted.leaving)
                 }
+                // Out of the Raft membership first, then out of the members: the order
+                // `remove_for_good` explains.
                 Command::Remove { node, .. } => {
-                    let node = node.clone();
-                    (command, message, Some(node))
+                    return match shared.control.remove_for_good(node).await {
+                        Ok(()) => Ok(AdminResponse::Done(message)),
+                        Err(why) if !shared.control.is_leader() => {
+                            Err(format!("{why}; this node no longer leads: retry"))
+                        }
+                        Err(why) => Err(why),
+                    };
                 }
                 _ => (command, message, None),
             };

@@ -36,9 +36,9 @@ fn misaddressed(group: &Group, name: &str) -> u64 {
 
 /// Five voters at the version that addresses messages. One node (`wiped`) opens a
 /// session, so every replica records its store; another (`stale`) is then cut off. The
-/// wiped node's session ends, it is stopped and removed, its data dir is emptied, and it
-/// joins again as a new member, with a log still empty (no append reaches it yet), as a
-/// node is before it catches up. The stale node, which missed all of it and still counts
+/// wiped node's session ends, it is stopped and removed (`remove_for_good`, as `tenure
+/// member remove` does), its data dir is emptied, and it joins again as a new member,
+/// with a log still empty (no append reaches it yet), as a node is before it catches up. The stale node, which missed all of it and still counts
 /// the old store as a voter, campaigns; only its vote requests to the new node get
 /// through. Without the address, the new node grants its vote as though it were the old
 /// member, whose vote and log the stale node's majority would need.
@@ -108,16 +108,7 @@ async fn a_vote_request_meant_for_the_old_store_of_a_rejoined_node_is_refused() 
     let old_addr = group.node(wiped).addr.clone();
     group.stop(wiped).await;
     let control = group.control(&leader);
-    control.remove_member(wiped).await.unwrap();
-    assert_eq!(
-        control
-            .propose_here(Command::Remove {
-                node: wiped.to_string(),
-                at_ms: 3,
-            })
-            .await,
-        Ok(Response::Done)
-    );
+    control.remove_for_good(wiped).await.unwrap();
     assert_eq!(
         recorded(&group, &leader, wiped),
         None,

@@ -29,15 +29,17 @@ pub enum ControlError {
     #[error(transparent)]
     Format(#[from] super::format::FormatError),
     /// This node has a new Raft store, but the cluster knows it as a member: it ran here
-    /// before and lost its data dir, so it must not vote or act as that member again.
+    /// before and lost its data dir, so it must not vote or act as that member again; and
+    /// the leader could not remove the old member for it (`replace.rs`): `why`.
     #[error(
-        "node {name} has run in this cluster before ({by} know it as a member), but its Raft store {} is new: the log and the votes it gave are gone, and answering as its old self could let the cluster lose committed entries, so it does not start. To bring this machine back: remove the old member first (`tenure member remove {name}` with an operator certificate, while the other voters run), then start this node with `join = [\"NAME@HOST:PORT\", ...]` (the other members) instead of `peers`; it joins as a new member, is caught up as a learner, and only then votes. If its data dir was not lost but moved, put it back and start again",
+        "node {name} has run in this cluster before ({by} know it as a member), but its Raft store {} is new: the log and the votes it gave are gone, and answering as its old self could let the cluster lose committed entries, so it does not start. Its old member could not be removed for it ({why}). To bring this machine back: remove the old member first (`tenure member remove {name}` with an operator certificate, while the other voters run), then start this node with `join = [\"NAME@HOST:PORT\", ...]` (the other members) instead of `peers`; it joins as a new member, is caught up as a learner, and only then votes. If its data dir was not lost but moved, put it back and start again",
         store.display(), by = by.join(", ")
     )]
     Forgot {
         name: String,
         by: Vec<String>,
         store: PathBuf,
+        why: String,
     },
     /// A node with `peers` and a new store found the cluster formed without it.
     #[error(

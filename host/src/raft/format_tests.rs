@@ -358,6 +358,8 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     // Format 5's samples raised the version to 7 (the probe's version then).
     let mut expected = crate::golden::samples::cluster_after(23);
     expected.version = 7;
+    // Nor did they record members' stores (the raise does now, from version 7).
+    expected.stores.clear();
     assert!(image.cluster.applied.is_empty());
     assert_eq!(image.cluster, expected);
     assert_eq!(

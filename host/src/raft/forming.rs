@@ -13,8 +13,10 @@
 //!
 //! - If any of them has this node's name among the cluster's members (the node has run
 //!   in this cluster before: every node registers itself with a committed `Join` when it
-//!   starts), this node forgot: it refuses to start, saying what happened and what to do
-//!   (remove the old member, then start it with `join`). It never answers as that member.
+//!   starts), this node forgot. It never answers as that member: it asks the leader to
+//!   remove the old member once that member's session has ended, and then joins as a new
+//!   one (`replace.rs`), whether it was given `peers` or `join`. Where the leader cannot
+//!   (a leader of an older build), it refuses to start, saying what to do by hand.
 //!   Where members of the formed cluster disagree (some know it, others no longer: its
 //!   removal has not reached every replica yet), it asks again until they agree.
 //! - With `peers` (the initial members): once a **majority** of the initial members (this
@@ -59,7 +61,7 @@ use crate::cluster::ClusterId;
 /// How often a node waiting for its peers asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(250);
 /// How long one question may take.
-const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The answer to [`STORE_INFO`]: what the answering node's replica says of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,18 +246,31 @@ async fn asked(attached: &Attached, name: &str, addr: &str) -> Result<StoreInfo,
     crate::rpc::decode::<StoreInfo>(&bytes).map_err(|_| NoAnswer::Silent)
 }
 
+/// What [`decide`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Decided {
+    /// An answer came from a node of a formed cluster: a leader may exist (`rejoin.rs`
+    /// holds this node's campaign).
+    pub(crate) formed: bool,
+    /// This node's old member was removed for it (`replace.rs`): it joins as a new
+    /// member, even if it was given `peers`.
+    pub(crate) replaced: bool,
+}
+
 /// Asks `nodes` (name, address; this node left out) until the answers allow going on;
-/// then lets Raft's messages in. Returns whether an answer came from a node of a formed
-/// cluster (then a leader may exist: `rejoin.rs` holds this node's campaign); at once,
-/// `false`, for a store that is not new.
+/// then lets Raft's messages in. At once, with nothing found, for a store that is not new.
 pub(crate) async fn decide(
     shared: &Shared,
     nodes: &[(String, String)],
     joining: bool,
-) -> Result<bool, ControlError> {
+) -> Result<Decided, ControlError> {
     if !shared.forming.load(Ordering::SeqCst) {
-        return Ok(false);
+        return Ok(Decided::default());
     }
+    let mut joining = joining;
+    let mut replaced = false;
+    // The last answer to the replacement said, so that a wait is logged once per reason.
+    let mut replace_told = String::new();
     let attached = shared.attached()?;
     let others: Vec<(String, String)> = nodes
         .iter()
@@ -323,11 +338,44 @@ pub(crate) async fn decide(
                 tokio::time::sleep(ASK_AGAIN).await;
             }
             Verdict::Forgot { by } => {
-                return Err(ControlError::Forgot {
-                    name: shared.name.clone(),
-                    by,
-                    store: super::db::path(&shared.options.data_dir),
-                });
+                let ask: Vec<(String, String)> = others
+                    .iter()
+                    .filter(|(name, _)| by.contains(name))
+                    .cloned()
+                    .collect();
+                match super::replace::ask(shared, &attached, &ask).await {
+                    super::replace::Asked::Replaced { by } => {
+                        tracing::info!(
+                            event = crate::events::CLUSTER_WAITING,
+                            via = %by,
+                            store = %shared.store,
+                            "this node's old member was removed (its data dir was lost): it joins as a new member"
+                        );
+                        replaced = true;
+                        joining = true;
+                    }
+                    super::replace::Asked::Wait(why) => {
+                        if why != replace_told {
+                            tracing::info!(
+                                event = crate::events::CLUSTER_WAITING,
+                                knows = %by.join(", "),
+                                answers = %why,
+                                "{} know this node as a member, and its Raft store is new (its data dir was lost): waiting for the leader to remove its old member, so that it joins as a new one: {why}",
+                                by.join(", ")
+                            );
+                            replace_told = why;
+                        }
+                        tokio::time::sleep(ASK_AGAIN).await;
+                    }
+                    super::replace::Asked::Cannot(why) => {
+                        return Err(ControlError::Forgot {
+                            name: shared.name.clone(),
+                            by,
+                            store: super::db::path(&shared.options.data_dir),
+                            why,
+                        });
+                    }
+                }
             }
             Verdict::TwoClusters(clusters) => {
                 return Err(ControlError::TwoClusters {
@@ -347,7 +395,7 @@ pub(crate) async fn decide(
         }
     }
     shared.forming.store(false, Ordering::SeqCst);
-    Ok(formed)
+    Ok(Decided { formed, replaced })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
 use super::kinds::{Addressed, JoinReply, ProposeReply};
+use super::replace::ReplaceReply;
 use super::state_machine::{Image, Stored};
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, Fatal, InstallSnapshotRequest,
@@ -94,7 +95,10 @@ pub(crate) fn golden_store_samples() -> Vec<Sample> {
     samples.push(Sample::of("snapshot-image", &image));
     // As written while there are no stamped answers: format 5's bytes
     // (`format_tests.rs` reads format 5's fixture so).
-    let before = crate::golden::samples::cluster_after(crate::golden::samples::BEFORE_SLOT_STATE);
+    let mut before =
+        crate::golden::samples::cluster_after(crate::golden::samples::BEFORE_SLOT_STATE);
+    // Nor members' stores: format 5 never records them (the samples' raise does now).
+    before.stores.clear();
     samples.push(Sample::raw(
         "snapshot-image-without-stamps",
         super::state_machine::encode_image(&image.applied, &image.membership, &before).unwrap(),
@@ -114,8 +118,8 @@ pub(crate) fn golden_store_samples() -> Vec<Sample> {
     samples
 }
 
-/// The control plane's messages: Raft's three (plain and addressed), PROPOSE and JOIN, each
-/// request and answer (an addressed kind's answer is its plain kind's).
+/// The control plane's messages: Raft's three (plain and addressed), PROPOSE, JOIN,
+/// STORE_INFO and REPLACE, each request and answer (an addressed kind's answer is its plain kind's).
 pub(crate) fn golden_wire_samples() -> Vec<Sample> {
     let vote = Vote::new_committed(3, node_id("n1"));
     let mut samples = vec![
@@ -230,6 +234,29 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             &JoinReply::Refused("n3 may only join as itself".into()),
         ),
     ];
+    samples.push(Sample::of(
+        "replace-14-request",
+        &crate::cluster::StoreId::from_bytes([0x5c; 16]),
+    ));
+    for (name, answer) in [
+        ("removed", ReplaceReply::Removed),
+        (
+            "not-leader",
+            ReplaceReply::NotLeader {
+                leader: Some(Peer::new("n1", "10.0.0.1:7400")),
+            },
+        ),
+        (
+            "wait",
+            ReplaceReply::Wait("n2's old session 21 is live".into()),
+        ),
+        (
+            "refused",
+            ReplaceReply::Refused("that member did not lose its disk".into()),
+        ),
+    ] {
+        samples.push(Sample::of(format!("replace-14-answer-{name}"), &answer));
+    }
     samples.push(Sample::of("store-info-12-request", &()));
     samples.push(Sample::of(
         "store-info-12-answer",

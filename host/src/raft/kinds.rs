@@ -6,7 +6,7 @@
 //! | kinds | owner |
 //! |---|---|
 //! | 1..=9 | Raft's own messages (this module) |
-//! | 10..=19 | the control plane's requests: propose, join (this module) |
+//! | 10..=19 | the control plane's requests: propose, join, store info, replica hashes, replace (this module) |
 //! | 20..=99 | the node's own kinds (sessions, …): [`super::RaftService`] hands them to the fallback service |
 //! | 100.. | unallocated; also handed to the fallback |
 //!
@@ -53,6 +53,11 @@ pub const STORE_INFO: u16 = 12;
 /// The leader asks a member for its replica's recent hashes (`checksums.rs`): an empty
 /// payload → `Vec<checksums::Hashed>`. Any member may ask.
 pub const REPLICA_HASHES: u16 = 13;
+/// A node with a new store that the cluster knows as a member asks the leader to remove
+/// its old member, so that it can join as a new one (`replace.rs`): its new store's
+/// [`crate::cluster::StoreId`] → [`super::replace::ReplaceReply`]. Only the node itself
+/// may ask: the sender's authenticated name is the member meant.
+pub const REPLACE: u16 = 14;
 /// Kinds the node allocates for itself; never interpreted here.
 pub const NODE_KINDS: RangeInclusive<u16> = 20..=99;
 
@@ -70,6 +75,7 @@ pub(crate) fn is_control(kind: u16) -> bool {
             | JOIN
             | STORE_INFO
             | REPLICA_HASHES
+            | REPLACE
     )
 }
 

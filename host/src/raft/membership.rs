@@ -35,6 +35,7 @@ use super::kinds::{JOIN, JoinReply};
 use super::network::resolve;
 use super::refusals::Refusal;
 use super::types::{NodeId, Peer};
+use crate::cluster::{Command, Outcome, Proposal, Response};
 
 /// How often the housekeeping task tends the voters.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
@@ -233,6 +234,61 @@ impl Shared {
                 Ok(())
             }
             Err(e) => Err(ControlError::NotLeader(format!("removing {name}: {e}"))),
+        }
+    }
+}
+
+/// How long [`Shared::remove_for_good`] retries the Raft removal while another
+/// membership change is under way.
+const REMOVE_WITHIN: Duration = Duration::from_secs(5);
+
+impl Shared {
+    /// On the leader: takes member `name` out of the cluster for good (`tenure member
+    /// remove`, and a node that lost its disk: `replace.rs`). First out of the Raft
+    /// membership, then out of the replicated members (`Command::Remove`, which forgets
+    /// its store: `Cluster::stores`). In this order a replica that has applied the second
+    /// holds the first in its log, so it never again sends the name anything as a voter.
+    /// In the other order, a replica between the two would still count the old member as
+    /// a voter, with no store to name, and a node that rejoined under the name would
+    /// answer for it. Refused while the member has a live session (its plugins may still
+    /// run). Once out of the Raft membership the node can propose nothing
+    /// (`serve_propose`), so no session opens in between.
+    pub(crate) async fn remove_for_good(&self, name: &str) -> Result<(), String> {
+        let (member, session) = {
+            let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+            let member = cluster.members.get(name);
+            (
+                member.is_some(),
+                member.and_then(|m| m.session.as_ref()).map(|s| s.id),
+            )
+        };
+        if let Some(session) = session {
+            return Err(format!(
+                "{name} has a session ({session}): it may still be running plugins; stop it \
+                 (or revoke its certificate) and remove it once its session has expired"
+            ));
+        }
+        let deadline = Instant::now() + REMOVE_WITHIN;
+        while let Err(e) = self.remove_member(name).await {
+            if Instant::now() >= deadline || !self.is_leader() {
+                return Err(format!("{name} is still in the Raft membership: {e}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !member {
+            return Ok(());
+        }
+        let remove = Command::Remove {
+            node: name.to_owned(),
+            at_ms: crate::envelope::unix_ms(std::time::SystemTime::now()),
+        };
+        match self.propose_here(Proposal::One(remove)).await {
+            Ok(Outcome::One(Response::Done)) => Ok(()),
+            Ok(Outcome::One(Response::Refused(why) | Response::Forbidden(why))) => Err(why),
+            Ok(other) => Err(format!("the removal was answered {other:?}")),
+            Err(e) => Err(format!(
+                "{name} is out of the Raft membership, but its removal from the members did not commit: {e}"
+            )),
         }
     }
 }

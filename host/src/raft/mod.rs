@@ -69,6 +69,7 @@ mod recover;
 mod refusals;
 mod rejoin;
 mod removed;
+mod replace;
 mod rounds;
 mod service;
 mod snapshot_data;
@@ -90,6 +91,8 @@ mod golden;
 mod healing_tests;
 #[cfg(test)]
 mod once_tests;
+#[cfg(test)]
+mod replace_tests;
 #[cfg(test)]
 pub(crate) use golden::{golden_store_samples, golden_wire_samples};
 #[cfg(test)]
@@ -117,8 +120,8 @@ pub use format::{
     inspect as inspect_format,
 };
 pub use kinds::{
-    APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, JoinReply, NODE_KINDS, PROPOSE, ProposeReply,
-    REPLICA_HASHES, STORE_INFO, VOTE,
+    APPEND_ENTRIES, APPEND_ENTRIES_TO, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO, JOIN, JoinReply,
+    NODE_KINDS, PROPOSE, ProposeReply, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
@@ -593,7 +596,12 @@ impl Control {
             .iter()
             .map(|(name, addr)| (name.clone(), addr.clone()))
             .collect();
-        let peers_formed = forming::decide(shared, &peers, false).await?;
+        let decided = forming::decide(shared, &peers, false).await?;
+        if decided.replaced {
+            // Its old member was removed for it: it joins as a new one, never forms.
+            return membership::join(shared, &peers).await;
+        }
+        let peers_formed = decided.formed;
         let initialized = shared
             .raft
             .is_initialized()
@@ -684,6 +692,13 @@ impl Control {
     /// `membership.rs`). For a node an operator removed or whose key was revoked.
     pub async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
         self.shared.remove_member(name).await
+    }
+
+    /// On the leader: takes member `name` out of the cluster for good, out of the Raft
+    /// membership and then out of the members; refused while it has a live session
+    /// (`membership.rs`, `Shared::remove_for_good`).
+    pub async fn remove_for_good(&self, name: &str) -> Result<(), String> {
+        self.shared.remove_for_good(name).await
     }
 
     /// Says that this node, as leader, is about to raise the cluster's version to `to`:

@@ -11,13 +11,14 @@
 //!   with a higher term (a node with no membership yet takes the first leader that
 //!   reaches it);
 //! - a Raft message that names the store it is for (its `_TO` kind, from cluster version
-//!   8: `kinds.rs`) must name this node's: a node whose disk was wiped or replaced and
+//!   7: `kinds.rs`) must name this node's: a node whose disk was wiped or replaced and
 //!   that rejoined under its old name is another member, and a replica that has not yet
 //!   applied its rejoin still means the old one (whose vote and log are gone);
 //! - a proposal must come from a member of the group; it is committed marked with the
 //!   sender's name and applied with that member's rights only (`cluster/authorize.rs`);
 //!   a proposal over the size bound of local ones is refused before it is decoded;
-//! - a join must name the node that sends it;
+//! - a join must name the node that sends it, and a node asks only for its own old
+//!   member to be replaced (`replace.rs`);
 //! - any message (control plane or the node's own kinds) must come over a connection that
 //!   speaks the cluster's version: an older build is refused, join included
 //!   (`crate::version`).
@@ -42,14 +43,14 @@ use super::error::ProposeError;
 use super::kinds::ProposeReply;
 use super::kinds::{
     self, APPEND_ENTRIES, APPEND_ENTRIES_TO, Addressed, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO,
-    JOIN, PROPOSE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
+    JOIN, PROPOSE, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
 };
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
     RaftError, VoteRequest, node_id,
 };
-use crate::cluster::Proposal;
+use crate::cluster::{Proposal, StoreId};
 use crate::rpc::Service;
 use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
@@ -131,27 +132,26 @@ impl Shared {
         payload: &[u8],
     ) -> Result<Vec<u8>, String> {
         match kind {
-            APPEND_ENTRIES => self.append(from, decode_from_leader(kind, payload)?).await,
-            APPEND_ENTRIES_TO => {
-                let addressed: Addressed<AppendEntriesRequest> = decode_from_leader(kind, payload)?;
-                self.check_addressee(from, addressed.to, "AppendEntries")?;
-                self.append(from, addressed.request).await
+            APPEND_ENTRIES => {
+                let request = decode_from_leader(kind, payload)?;
+                self.append(from, None, request).await
             }
-            VOTE => self.vote(from, decode(kind, payload)?).await,
+            APPEND_ENTRIES_TO => {
+                let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
+                self.append(from, addressed.to, addressed.request).await
+            }
+            VOTE => self.vote(from, None, decode(kind, payload)?).await,
             VOTE_TO => {
-                let addressed: Addressed<VoteRequest> = decode(kind, payload)?;
-                self.check_addressee(from, addressed.to, "vote request")?;
-                self.vote(from, addressed.request).await
+                let addressed: Addressed<_> = decode(kind, payload)?;
+                self.vote(from, addressed.to, addressed.request).await
             }
             INSTALL_SNAPSHOT => {
-                self.snapshot(from, decode_from_leader(kind, payload)?)
-                    .await
+                let request = decode_from_leader(kind, payload)?;
+                self.snapshot(from, None, request).await
             }
             INSTALL_SNAPSHOT_TO => {
-                let addressed: Addressed<InstallSnapshotRequest> =
-                    decode_from_leader(kind, payload)?;
-                self.check_addressee(from, addressed.to, "snapshot chunk")?;
-                self.snapshot(from, addressed.request).await
+                let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
+                self.snapshot(from, addressed.to, addressed.request).await
             }
             PROPOSE => {
                 // The bound a local proposal meets (`Shared::propose`), checked on the
@@ -173,6 +173,10 @@ impl Shared {
                 encode(&self.serve_join(from, peer).await)
             }
             STORE_INFO => encode(&self.store_info()),
+            REPLACE => {
+                let store: crate::cluster::StoreId = decode(kind, payload)?;
+                encode(&self.serve_replace(from, store).await)
+            }
             REPLICA_HASHES => {
                 self.check_member(from, "replica check")?;
                 encode(&self.checksums.list())
@@ -181,11 +185,17 @@ impl Shared {
         }
     }
 
-    /// An AppendEntries from `from`, whatever its kind.
-    async fn append(&self, from: &str, request: AppendEntriesRequest) -> Result<Vec<u8>, String> {
+    /// An AppendEntries from `from`, for the store `to` if it names one.
+    async fn append(
+        &self,
+        from: &str,
+        to: Option<StoreId>,
+        request: AppendEntriesRequest,
+    ) -> Result<Vec<u8>, String> {
         check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
         refuse_while_forming(self)?;
         self.check_member(from, "AppendEntries")?;
+        self.check_addressee(from, to, "AppendEntries")?;
         self.check_term(from, request.vote.leader_id().get_term(), "AppendEntries")?;
         self.appends.send_modify(|n| *n += 1);
         let term = request.vote.leader_id().get_term();
@@ -200,24 +210,32 @@ impl Shared {
         encode(&answer)
     }
 
-    /// A vote request from `from`, whatever its kind.
-    async fn vote(&self, from: &str, request: VoteRequest) -> Result<Vec<u8>, String> {
+    /// A vote request from `from`, for the store `to` if it names one.
+    async fn vote(
+        &self,
+        from: &str,
+        to: Option<StoreId>,
+        request: VoteRequest,
+    ) -> Result<Vec<u8>, String> {
         check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
         refuse_while_forming(self)?;
         self.check_member(from, "vote request")?;
+        self.check_addressee(from, to, "vote request")?;
         let answer = self.raft.vote(request).await.map_err(fatal);
         encode(&answer)
     }
 
-    /// A snapshot chunk from `from`, whatever its kind.
+    /// A snapshot chunk from `from`, for the store `to` if it names one.
     async fn snapshot(
         &self,
         from: &str,
+        to: Option<StoreId>,
         request: InstallSnapshotRequest,
     ) -> Result<Vec<u8>, String> {
         check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
         refuse_while_forming(self)?;
         self.check_member(from, "snapshot chunk")?;
+        self.check_addressee(from, to, "snapshot chunk")?;
         self.check_term(from, request.vote.leader_id().get_term(), "snapshot chunk")?;
         let vote = request.vote;
         let hearing = self.heard.hearing().await;
@@ -232,20 +250,16 @@ impl Shared {
         encode(&answer)
     }
 
-    /// Refuses a Raft message meant for another store of this node's name: the sender's
-    /// replica records `to` for it, an earlier store whose disk was wiped or replaced
-    /// before this one rejoined under the name (or a later one, were this node the stale
-    /// one). Answering it would be answering for the old member: its vote, its log.
-    fn check_addressee(
-        &self,
-        from: &str,
-        to: Option<crate::cluster::StoreId>,
-        what: &str,
-    ) -> Result<(), String> {
+    /// Refuses a Raft message meant for another store of this node's name. Most often
+    /// the sender's replica has not yet applied this node's rejoin after its old store
+    /// was lost: answering would be answering for the old member (its vote, its log). A
+    /// leader whose replica lags its own log can name an old store briefly too, so the
+    /// message says what it saw, not why.
+    fn check_addressee(&self, from: &str, to: Option<StoreId>, what: &str) -> Result<(), String> {
         match to {
             Some(store) if store != self.store => {
                 let error = format!(
-                    "a {what} from {from} for {name} of store {store}; this is {name} of store {mine}, which rejoined the cluster as a new member after that store was lost: {from}'s replica has not applied its rejoin yet",
+                    "a {what} from {from} for {name} of store {store}, as {from}'s replica records it; this node is {name} of store {mine}",
                     name = self.name,
                     mine = self.store
                 );
