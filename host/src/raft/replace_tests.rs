@@ -131,3 +131,133 @@ async fn control_refuses_its_own_store(
         other => format!("{other:?}"),
     }
 }
+
+/// A node that was removed and joined again (its disk was lost) was caught up with a
+/// snapshot taken while it was out, so its own latest snapshot holds a membership without
+/// it. Once it leads, a node that joins gets that snapshot, and must still take the
+/// leader's appends that follow, or it follows no one (seen in the seeded fault run,
+/// seed 2119065325: the joiner refused every append as "not a member this node knows
+/// of", and the cluster never agreed on a leader again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    let small = |group: &Group, name: &str| {
+        let mut options = group.options(name);
+        options.snapshot_logs = 10;
+        options.keep_logs = 0;
+        options.voters = Some(3);
+        options
+    };
+    for name in all {
+        let options = small(&group, name);
+        group.start(name, options).await;
+    }
+    let members: BTreeMap<String, String> = all
+        .iter()
+        .map(|n| (n.to_string(), group.node(n).addr.clone()))
+        .collect();
+    for name in all {
+        group.control(name).bootstrap(&members).await.unwrap();
+    }
+    let first = group.leader(&all).await;
+    let others: Vec<&str> = all.iter().copied().filter(|n| *n != first).collect();
+    let (wiped, other) = (others[0], others[1]);
+
+    // The wiped node is taken out; the others build snapshots (and purge) past that.
+    let data_dir = group.options(wiped).data_dir.clone();
+    group.stop(wiped).await;
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    group.control(&first).remove_for_good(wiped).await.unwrap();
+    let out_at = super::tests::last_applied(group.control(&first));
+    let purged = |group: &Group, name: &str| {
+        let metrics = group.control(name).metrics().borrow().clone();
+        metrics.purged.as_ref().map_or(0, |id| id.index)
+    };
+    let mut i = 0;
+    let started = std::time::Instant::now();
+    while [first.as_str(), other]
+        .iter()
+        .any(|n| purged(&group, n) <= out_at)
+    {
+        i += 1;
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no purge past {out_at} after {i} entries"
+        );
+        let answer = group
+            .control(&first)
+            .propose(join_command(&format!("a{i}")))
+            .await;
+        assert_eq!(answer, Ok(Response::Done));
+    }
+
+    // It joins again, from the leader's snapshot (which does not list it), and is
+    // promoted back to voter.
+    let before_join = group
+        .control(&first)
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0);
+    let options = small(&group, wiped);
+    group.start(wiped, options).await;
+    group
+        .control(wiped)
+        .join(&group.via(&[first.as_str(), other]))
+        .await
+        .unwrap();
+    // A voter again, on every node, the change complete (not a joint membership: with
+    // the first leader gone, its old half could not elect anyone).
+    let id = super::types::node_id(wiped);
+    wait_until("the rejoined node to be a voter again everywhere", || {
+        [first.as_str(), wiped, other].iter().all(|n| {
+            let metrics = group.control(n).metrics().borrow().clone();
+            let membership = metrics.membership_config.membership();
+            membership.get_joint_config().len() == 1 && membership.voter_ids().any(|v| v == id)
+        })
+    })
+    .await;
+    // Its snapshot is older than every membership that lists it.
+    let snapshot_predates_its_join = |group: &Group| {
+        let metrics = group.control(wiped).metrics().borrow().clone();
+        metrics
+            .snapshot
+            .is_some_and(|id| id.index > out_at && id.index <= before_join)
+    };
+    assert!(
+        snapshot_predates_its_join(&group),
+        "the case is not made: {:?}",
+        group.control(wiped).metrics().borrow().snapshot
+    );
+
+    // It leads: the other node does not campaign, and the first leader stops once the
+    // rejoined node holds every entry (the other's vote needs it).
+    group.converge(&[first.as_str(), wiped, other]).await;
+    group
+        .control(other)
+        .shared
+        .raft
+        .runtime_config()
+        .elect(false);
+    group.stop(&first).await;
+    let leader = group.leader(&[wiped, other]).await;
+    assert_eq!(leader, wiped);
+
+    assert!(
+        snapshot_predates_its_join(&group),
+        "the case is not made: it built a newer snapshot"
+    );
+
+    // A new node joins through it, and must follow it.
+    let options = small(&group, "n4");
+    group.start("n4", options).await;
+    group
+        .control("n4")
+        .join(&group.via(&[wiped, other]))
+        .await
+        .unwrap();
+    group.converge(&[wiped, other, "n4"]).await;
+    group.shutdown().await;
+}
