@@ -251,8 +251,9 @@ impl Shared {
     /// In the other order, a replica between the two would still count the old member as
     /// a voter, with no store to name, and a node that rejoined under the name would
     /// answer for it. Refused while the member has a live session (its plugins may still
-    /// run). Once out of the Raft membership the node can propose nothing
-    /// (`serve_propose`), so no session opens in between.
+    /// run). A session can still open between that check and the Raft removal (the node
+    /// was a member until then), and `Command::Remove` is then refused: the node is put
+    /// back as a learner, or it would hold a session with no replica that follows.
     pub(crate) async fn remove_for_good(&self, name: &str) -> Result<(), String> {
         let (member, session) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
@@ -268,6 +269,13 @@ impl Shared {
                  (or revoke its certificate) and remove it once its session has expired"
             ));
         }
+        let seat = self
+            .metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&super::types::node_id(name))
+            .cloned();
         let deadline = Instant::now() + REMOVE_WITHIN;
         while let Err(e) = self.remove_member(name).await {
             if Instant::now() >= deadline || !self.is_leader() {
@@ -284,7 +292,19 @@ impl Shared {
         };
         match self.propose_here(Proposal::One(remove)).await {
             Ok(Outcome::One(Response::Done)) => Ok(()),
-            Ok(Outcome::One(Response::Refused(why) | Response::Forbidden(why))) => Err(why),
+            Ok(Outcome::One(Response::Refused(why))) => {
+                if let Some(peer) = seat {
+                    let id = super::types::node_id(name);
+                    if let Err(e) = self.raft.add_learner(id, peer, false).await {
+                        return Err(format!(
+                            "{why}; and {name} could not be put back as a learner: {e}"
+                        ));
+                    }
+                    tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "put {name} back as a learner: it opened a session while it was being removed");
+                }
+                Err(why)
+            }
+            Ok(Outcome::One(Response::Forbidden(why))) => Err(why),
             Ok(other) => Err(format!("the removal was answered {other:?}")),
             Err(e) => Err(format!(
                 "{name} is out of the Raft membership, but its removal from the members did not commit: {e}"

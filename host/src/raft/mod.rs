@@ -1010,19 +1010,25 @@ impl Shared {
     /// membership yet (it has asked to join, or awaits the bootstrap) knows no members,
     /// and takes them from whoever leads: the first append brings the membership.
     ///
-    /// Also the leader this node already follows in its current term: a snapshot it took
-    /// from that leader can hold a membership without it (a leader that was removed and
-    /// joined again after its disk was lost, `replace.rs`, sends the snapshot it was
-    /// itself caught up with); refused, the leader could never send the entries that
-    /// list it, and the node would follow no one. Accepting more of a leader it accepted
-    /// in this term is Raft's own rule; a higher term from a non-voter is still refused.
+    /// Also the leader this node already follows in its current term, when the
+    /// membership that leaves it out is older than that term: a snapshot it took from
+    /// that leader can hold such a membership (a leader that was removed and joined again
+    /// after its disk was lost, `replace.rs`, sends the snapshot it was itself caught up
+    /// with). Refused, the leader could never send the entries that list it, and the node
+    /// would follow no one. A membership of the current term that leaves the leader out
+    /// is its own removal: refused from then on, or a removed leader could go on
+    /// appending in its term.
     fn may_lead(&self, name: &str) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
-        if metrics.current_leader == Some(node_id(name)) {
+        let older = metrics
+            .membership_config
+            .log_id()
+            .is_none_or(|at| at.leader_id.term < metrics.current_term);
+        if metrics.current_leader == Some(node_id(name)) && older {
             return true;
         }
         membership

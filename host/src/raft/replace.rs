@@ -15,15 +15,22 @@
 //!   its plugins by its own deadline before that. So the successor never runs before the
 //!   predecessor's plugins can no longer execute (DESIGN.md's safety argument).
 //! - **Only for a new store.** A request naming the store the cluster records for the
-//!   name (`Cluster::stores`) is refused: that member did not lose its disk.
+//!   name (`Cluster::stores`) is refused: that member did not lose its disk. So is one for
+//!   a member whose store the cluster does not know (below version 7, or no session since
+//!   the raise): a replica that missed the replacement would address the new node as the
+//!   old member with no store named, and the new node could not tell (`service.rs`).
 //! - **Only the node itself.** The request's sender is the authenticated name; no member
 //!   can have another replaced.
 //!
 //! The leader then takes the old member out as `tenure member remove` does
 //! (`Shared::remove_for_good`: out of the Raft membership, then out of the members); the
-//! node goes on to join (`membership.rs`). A replica that missed the removal still means the old store, and the
-//! new node refuses its messages (`service.rs`). Should the old process come back after
-//! all, it learns that it was removed and stops (`removed.rs`).
+//! node goes on to join (`membership.rs`). A replica that missed the removal still means
+//! the old store, and the new node refuses its messages (`service.rs`). Should the old
+//! process come back after all (it was only paused or cut off) before the new node has
+//! rejoined, it learns that it was removed and stops (`removed.rs`). Known gap: after the
+//! rejoin it is a process under a member's name, and until the new node opens a session
+//! it could open one (one session per name still holds, and its slots are fenced as any
+//! owner's); a store once removed is not yet refused for good.
 //!
 //! A leader of an older build does not know the kind: the node then refuses to start as
 //! before, saying how to do the removal by hand.
@@ -38,6 +45,10 @@ use super::network::Attached;
 use super::refusals::Refusal;
 use super::types::Peer;
 use crate::cluster::StoreId;
+
+/// How long the leader may take to answer: the removal is a membership change and a
+/// commit, retried while another change is under way (`remove_for_good`).
+const ASK_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The answer to [`REPLACE`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,14 +77,24 @@ impl Shared {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        let (session, recorded) = {
+        let (session, recorded, version) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
             let member = cluster.members.get(from);
             (
                 member.and_then(|m| m.session.as_ref()).map(|s| s.id),
                 cluster.stores.get(from).copied(),
+                cluster.version,
             )
         };
+        // Only where a replica that missed the rejoin cannot take the new node for the
+        // old member: its messages name the old store (`service.rs`). Elsewhere the way
+        // back stays the operator's.
+        if version < crate::version::ADDRESSED || recorded.is_none() {
+            return ReplaceReply::Refused(format!(
+                "the cluster does not know which store {from} ran on (its version is {version}; a store is recorded from version {} at a session's opening), so a replica that missed the replacement could take the new node for the old member: replace it by hand",
+                crate::version::ADDRESSED
+            ));
+        }
         if recorded == Some(store) {
             let error = format!(
                 "{from} asks to be replaced by its store {store}, which is the store the cluster knows for {from}: that member did not lose its disk"
@@ -125,18 +146,20 @@ pub(crate) async fn ask(shared: &Shared, attached: &Attached, ask: &[(String, St
         next += 1;
         let answer = match super::network::resolve(&addr).await {
             Ok(sock) => match tokio::time::timeout(
-                super::forming::ASK_TIMEOUT,
+                ASK_WITHIN,
                 attached.rpc.call(&name, sock, REPLACE, body.clone()),
             )
             .await
             {
                 Ok(Ok(bytes)) => crate::rpc::decode::<ReplaceReply>(&bytes)
                     .map_err(|e| format!("unreadable answer: {e}")),
-                Ok(Err(e)) => {
-                    // An older build answers that it does not know the kind.
+                // An answer that is an error: an older build does not know the kind.
+                Ok(Err(e @ crate::rpc::RpcError::Remote { .. })) => {
                     refusals.push(format!("{name}: {e}"));
                     continue;
                 }
+                // Unreachable, or the connection failed: it may answer later.
+                Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("no answer in time".to_owned()),
             },
             Err(e) => Err(e),

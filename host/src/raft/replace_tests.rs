@@ -261,3 +261,65 @@ async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
     group.converge(&[wiped, other, "n4"]).await;
     group.shutdown().await;
 }
+
+/// The other side of [`a_joiner_follows_a_leader_that_its_snapshot_does_not_list`]: a
+/// leader that removed itself is refused in its own term, although the followers still
+/// follow it (no one else has campaigned). Were it taken as the leader they follow, a
+/// removed leader (its key not revoked) could go on appending in its term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_removed_itself_is_refused_in_its_own_term() {
+    use super::kinds::APPEND_ENTRIES;
+    use super::types::{AppendEntriesRequest, Vote, node_id};
+    init_logs();
+    let mut group = Group::new();
+    let all = ["n1", "n2", "n3"];
+    group.bootstrap(&all, 3).await;
+    let leader = group.leader(&all).await;
+    let followers: Vec<&str> = all.iter().copied().filter(|n| *n != leader).collect();
+    for f in &followers {
+        group.control(f).shared.raft.runtime_config().elect(false);
+    }
+    let term = group.control(&leader).metrics().borrow().current_term;
+    let _ = group.control(&leader).shared.remove_member(&leader).await;
+    let id = node_id(&leader);
+    let follower = followers[0];
+    wait_until(
+        "the follower to hold the membership without the leader",
+        || {
+            let metrics = group.control(follower).metrics().borrow().clone();
+            let membership = metrics.membership_config.membership();
+            membership.get_joint_config().len() == 1 && membership.get_node(&id).is_none()
+        },
+    )
+    .await;
+    let metrics = group.control(follower).metrics().borrow().clone();
+    assert_eq!(
+        (metrics.current_leader, metrics.current_term),
+        (Some(id), term),
+        "the follower still follows the removed leader in its term"
+    );
+
+    // The removed leader appends in its term.
+    let last = metrics.last_applied;
+    let forged = AppendEntriesRequest {
+        vote: Vote::new_committed(term, id),
+        prev_log_id: last,
+        entries: vec![],
+        leader_commit: last,
+    };
+    let answer = group
+        .node(&leader)
+        .rpc
+        .call(
+            follower,
+            group.node(follower).addr.parse().unwrap(),
+            APPEND_ENTRIES,
+            postcard::to_allocvec(&forged).unwrap(),
+        )
+        .await;
+    let error = answer
+        .expect_err("the removed leader's append was taken")
+        .to_string();
+    assert!(error.contains("not a member this node knows of"), "{error}");
+    group.shutdown().await;
+}
