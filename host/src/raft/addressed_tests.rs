@@ -5,9 +5,9 @@
 use super::kinds::{APPEND_ENTRIES, INSTALL_SNAPSHOT, VOTE};
 use super::network::DROPPED;
 use super::refusals::Refusal;
-use super::tests::{Group, join_command};
+use super::tests::{Group, addressed_with_a_session};
 use super::types::node_id;
-use crate::cluster::{Command, Process, Response};
+use crate::cluster::{Command, Response};
 use crate::transport::tests::{init_logs, wait_until};
 
 /// Drops the Raft messages (appends, votes, snapshots) from `from` to `to`, by address.
@@ -56,34 +56,8 @@ async fn a_vote_request_meant_for_the_old_store_of_a_rejoined_node_is_refused() 
         .copied()
         .filter(|n| *n != wiped && *n != stale)
         .collect();
+    let (old_store, session) = addressed_with_a_session(&group, &leader, wiped).await;
     let control = group.control(&leader);
-    assert_eq!(
-        control
-            .propose_here(Command::RaiseVersion {
-                to: crate::version::ADDRESSED,
-            })
-            .await,
-        Ok(Response::Done)
-    );
-    assert_eq!(
-        control.propose(join_command(wiped)).await,
-        Ok(Response::Done)
-    );
-    let old_store = group.control(wiped).store_id();
-    let opened = control
-        .propose(Command::OpenSessionOf {
-            node: wiped.to_string(),
-            at_ms: 1,
-            process: Process {
-                store: old_store,
-                incarnation: 1,
-            },
-            ended: None,
-        })
-        .await;
-    let Ok(Response::Session(session)) = opened else {
-        panic!("{opened:?}");
-    };
     group.converge(&all).await;
     assert_eq!(recorded(&group, stale, wiped), Some(old_store));
 

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::replace::{self, Asked};
-use super::tests::{Group, join_command};
-use crate::cluster::{Command, Process, Response};
+use super::tests::{Group, addressed_with_a_session, join_command};
+use crate::cluster::{Command, Response};
 use crate::transport::tests::{init_logs, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,34 +17,7 @@ async fn a_wiped_node_started_with_its_old_peers_is_replaced_once_its_session_en
     group.bootstrap(&all, 3).await;
     let leader = group.leader(&all).await;
     let wiped = *all.iter().find(|n| **n != leader).unwrap();
-    let control = group.control(&leader);
-    assert_eq!(
-        control
-            .propose_here(Command::RaiseVersion {
-                to: crate::version::ADDRESSED,
-            })
-            .await,
-        Ok(Response::Done)
-    );
-    assert_eq!(
-        control.propose(join_command(wiped)).await,
-        Ok(Response::Done)
-    );
-    let old_store = group.control(wiped).store_id();
-    let opened = control
-        .propose(Command::OpenSessionOf {
-            node: wiped.to_string(),
-            at_ms: 1,
-            process: Process {
-                store: old_store,
-                incarnation: 1,
-            },
-            ended: None,
-        })
-        .await;
-    let Ok(Response::Session(session)) = opened else {
-        panic!("{opened:?}");
-    };
+    let (old_store, session) = addressed_with_a_session(&group, &leader, wiped).await;
     group.converge(&all).await;
     let members: BTreeMap<String, String> = all
         .iter()

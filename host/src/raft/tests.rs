@@ -197,6 +197,43 @@ impl Group {
     }
 }
 
+/// Raises the group's version (on `leader`) to the one that addresses Raft's messages,
+/// and registers `name` with a session opened by its own store, so that every replica
+/// records that store (`Cluster::stores`). Returns the store and the session.
+pub(super) async fn addressed_with_a_session(
+    group: &Group,
+    leader: &str,
+    name: &str,
+) -> (crate::cluster::StoreId, u64) {
+    let control = group.control(leader);
+    let raised = control
+        .propose_here(Command::RaiseVersion {
+            to: crate::version::ADDRESSED,
+        })
+        .await;
+    assert_eq!(raised, Ok(Response::Done));
+    assert_eq!(
+        control.propose(join_command(name)).await,
+        Ok(Response::Done)
+    );
+    let store = group.control(name).store_id();
+    let opened = control
+        .propose(Command::OpenSessionOf {
+            node: name.to_string(),
+            at_ms: 1,
+            process: crate::cluster::Process {
+                store,
+                incarnation: 1,
+            },
+            ended: None,
+        })
+        .await;
+    let Ok(Response::Session(session)) = opened else {
+        panic!("{opened:?}");
+    };
+    (store, session)
+}
+
 pub(super) fn join_command(node: &str) -> Command {
     Command::Join {
         node: node.into(),
