@@ -27,10 +27,10 @@
 //! node goes on to join (`membership.rs`). A replica that missed the removal still means
 //! the old store, and the new node refuses its messages (`service.rs`). Should the old
 //! process come back after all (it was only paused or cut off) before the new node has
-//! rejoined, it learns that it was removed and stops (`removed.rs`). After the rejoin it
-//! is a process under a member's name, but its store was retired with the old member
-//! (`Cluster::retired`): every numbered command of it is refused, so it can neither
-//! register the name again nor open its session.
+//! rejoined, it learns that it was removed and stops (`removed.rs`). Known gap: after the
+//! rejoin it is a process under a member's name, and until the new node opens a session
+//! it could open one (one session per name still holds, and its slots are fenced as any
+//! owner's); a store once removed is not yet refused for good.
 //!
 //! A leader of an older build does not know the kind: the node then refuses to start as
 //! before, saying how to do the removal by hand.
