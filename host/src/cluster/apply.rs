@@ -394,9 +394,7 @@ impl Cluster {
                 }
                 self.members.remove(&node);
                 self.applied.remove(&node);
-                if let Some(store) = self.stores.remove(&node) {
-                    self.retired.insert(node.clone(), store);
-                }
+                self.stores.remove(&node);
                 for skipped in self.cooldown.values_mut() {
                     skipped.remove(&node);
                 }
