@@ -18,10 +18,7 @@ use super::session::RENEW;
 use super::shared::Shared;
 use crate::events;
 use crate::metrics::{MetricsServer, Probe, Sample};
-use crate::raft::{
-    APPEND_ENTRIES, APPEND_ENTRIES_TO, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO, JOIN, PROPOSE, VOTE,
-    VOTE_TO,
-};
+use crate::raft::{APPEND_ENTRIES, INSTALL_SNAPSHOT, JOIN, PROPOSE, VOTE};
 
 pub struct NodeProbe {
     shared: Arc<Shared>,
@@ -57,11 +54,11 @@ impl NodeProbe {
 
 /// The name of a message kind, for the `name` label.
 fn kind_name(kind: u16) -> &'static str {
-    match kind {
-        // A message's addressed kind (`raft/kinds.rs`) is the same message.
-        APPEND_ENTRIES | APPEND_ENTRIES_TO => "append_entries",
-        VOTE | VOTE_TO => "vote",
-        INSTALL_SNAPSHOT | INSTALL_SNAPSHOT_TO => "install_snapshot",
+    // A message's addressed kind is the same message (`raft/kinds.rs`).
+    match crate::raft::plain_kind(kind) {
+        APPEND_ENTRIES => "append_entries",
+        VOTE => "vote",
+        INSTALL_SNAPSHOT => "install_snapshot",
         PROPOSE => "propose",
         JOIN => "join",
         RENEW => "renew",

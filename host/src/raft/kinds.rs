@@ -79,6 +79,27 @@ pub(crate) fn is_control(kind: u16) -> bool {
     )
 }
 
+/// The plain kind of a Raft message's addressed kind (the same message, for metrics and
+/// tests); any other kind as it is.
+pub fn plain(kind: u16) -> u16 {
+    match kind {
+        APPEND_ENTRIES_TO => APPEND_ENTRIES,
+        VOTE_TO => VOTE,
+        INSTALL_SNAPSHOT_TO => INSTALL_SNAPSHOT,
+        other => other,
+    }
+}
+
+/// The addressed kind of a plain Raft message's kind ([`plain`] undoes it).
+pub(crate) fn addressed(kind: u16) -> u16 {
+    match kind {
+        APPEND_ENTRIES => APPEND_ENTRIES_TO,
+        VOTE => VOTE_TO,
+        INSTALL_SNAPSHOT => INSTALL_SNAPSHOT_TO,
+        other => other,
+    }
+}
+
 /// A Raft message for the member of one store: `to` is the store the sender's replica
 /// records for the recipient's name ([`crate::cluster::Cluster::stores`]), `None` while
 /// it records none (the member has not opened a session since the cluster reached

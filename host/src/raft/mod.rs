@@ -122,6 +122,7 @@ pub use format::{
 pub use kinds::{
     APPEND_ENTRIES, APPEND_ENTRIES_TO, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO, JOIN, JoinReply,
     NODE_KINDS, PROPOSE, ProposeReply, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
+    plain as plain_kind,
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;

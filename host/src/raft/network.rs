@@ -150,12 +150,7 @@ pub(crate) static DROPPED: std::sync::Mutex<std::collections::BTreeSet<(String, 
 #[cfg(test)]
 pub(crate) fn dropped(from: &str, to: &str, kind: u16) -> bool {
     // A test names the plain kind; its addressed form is the same message.
-    let kind = match kind {
-        kinds::APPEND_ENTRIES_TO => kinds::APPEND_ENTRIES,
-        kinds::VOTE_TO => kinds::VOTE,
-        kinds::INSTALL_SNAPSHOT_TO => kinds::INSTALL_SNAPSHOT,
-        other => other,
-    };
+    let kind = kinds::plain(kind);
     DROPPED
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -194,6 +189,36 @@ impl Client {
         let cluster = self.cluster.read().unwrap_or_else(PoisonError::into_inner);
         (cluster.version >= crate::version::ADDRESSED)
             .then(|| cluster.stores.get(&self.peer.name).copied())
+    }
+
+    /// Sends Raft message `request` of the plain kind `plain`, as its addressed kind once
+    /// the cluster's version has messages name their recipient ([`Client::addressee`]),
+    /// and decodes the answer as [`Client::request`] does.
+    async fn send<Req, T, W, E>(
+        &self,
+        plain: u16,
+        action: RPCTypes,
+        request: &Req,
+        option: RPCOption,
+    ) -> Result<T, RpcError<E>>
+    where
+        Req: Serialize,
+        T: DeserializeOwned,
+        W: DeserializeOwned + Into<RaftError<E>>,
+        E: std::error::Error,
+    {
+        let ttl = option.hard_ttl();
+        match self.addressee() {
+            Some(to) => {
+                let addressed = Addressed { to, request };
+                self.request::<_, T, W, E>(kinds::addressed(plain), action, &addressed, ttl)
+                    .await
+            }
+            None => {
+                self.request::<_, T, W, E>(plain, action, request, ttl)
+                    .await
+            }
+        }
     }
 
     /// Sends one message of `kind` and returns the answer's payload. Waits at most 3/4 of
@@ -373,18 +398,8 @@ impl RaftNetwork<TypeConfig> for Client {
                 ));
             }
         }
-        let (action, ttl) = (RPCTypes::AppendEntries, option.hard_ttl());
-        match self.addressee() {
-            Some(to) => {
-                let addressed = Addressed { to, request: &rpc };
-                self.request::<_, _, Fatal, _>(kinds::APPEND_ENTRIES_TO, action, &addressed, ttl)
-                    .await
-            }
-            None => {
-                self.request::<_, _, Fatal, _>(kinds::APPEND_ENTRIES, action, &rpc, ttl)
-                    .await
-            }
-        }
+        self.send::<_, _, Fatal, _>(kinds::APPEND_ENTRIES, RPCTypes::AppendEntries, &rpc, option)
+            .await
     }
 
     async fn install_snapshot(
@@ -392,19 +407,13 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
-        type Answer = RaftError<InstallSnapshotError>;
-        let (action, ttl) = (RPCTypes::InstallSnapshot, option.hard_ttl());
-        match self.addressee() {
-            Some(to) => {
-                let addressed = Addressed { to, request: &rpc };
-                self.request::<_, _, Answer, _>(kinds::INSTALL_SNAPSHOT_TO, action, &addressed, ttl)
-                    .await
-            }
-            None => {
-                self.request::<_, _, Answer, _>(kinds::INSTALL_SNAPSHOT, action, &rpc, ttl)
-                    .await
-            }
-        }
+        self.send::<_, _, RaftError<InstallSnapshotError>, _>(
+            kinds::INSTALL_SNAPSHOT,
+            RPCTypes::InstallSnapshot,
+            &rpc,
+            option,
+        )
+        .await
     }
 
     async fn vote(
@@ -412,18 +421,8 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
-        let (action, ttl) = (RPCTypes::Vote, option.hard_ttl());
-        match self.addressee() {
-            Some(to) => {
-                let addressed = Addressed { to, request: &rpc };
-                self.request::<_, _, Fatal, _>(kinds::VOTE_TO, action, &addressed, ttl)
-                    .await
-            }
-            None => {
-                self.request::<_, _, Fatal, _>(kinds::VOTE, action, &rpc, ttl)
-                    .await
-            }
-        }
+        self.send::<_, _, Fatal, _>(kinds::VOTE, RPCTypes::Vote, &rpc, option)
+            .await
     }
 
     fn backoff(&self) -> Backoff {
