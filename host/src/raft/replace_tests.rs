@@ -117,23 +117,11 @@ async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
     let mut group = Group::new();
     let all = ["n1", "n2", "n3"];
     let small = |group: &Group, name: &str| {
-        let mut options = group.options(name);
-        options.snapshot_logs = 10;
-        options.keep_logs = 0;
+        let mut options = group.small_snapshots(name);
         options.voters = Some(3);
         options
     };
-    for name in all {
-        let options = small(&group, name);
-        group.start(name, options).await;
-    }
-    let members: BTreeMap<String, String> = all
-        .iter()
-        .map(|n| (n.to_string(), group.node(n).addr.clone()))
-        .collect();
-    for name in all {
-        group.control(name).bootstrap(&members).await.unwrap();
-    }
+    group.bootstrap_with(&all, small).await;
     let first = group.leader(&all).await;
     let others: Vec<&str> = all.iter().copied().filter(|n| *n != first).collect();
     let (wiped, other) = (others[0], others[1]);

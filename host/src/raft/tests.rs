@@ -103,9 +103,23 @@ impl Group {
 
     /// Starts every node of `names` with the test options and bootstraps them together.
     pub(super) async fn bootstrap(&mut self, names: &[&str], voters: usize) {
-        for name in names {
-            let mut options = self.options(name);
+        self.bootstrap_with(names, |group, name| {
+            let mut options = group.options(name);
             options.voters = Some(voters);
+            options
+        })
+        .await;
+    }
+
+    /// Starts every node of `names` with the options `options` gives it, and bootstraps
+    /// them together.
+    pub(super) async fn bootstrap_with(
+        &mut self,
+        names: &[&str],
+        options: impl Fn(&Group, &str) -> ControlOptions,
+    ) {
+        for name in names {
+            let options = options(self, name);
             self.start(name, options).await;
         }
         let members: BTreeMap<String, String> = names
@@ -115,6 +129,15 @@ impl Group {
         for name in names {
             self.node(name).control.bootstrap(&members).await.unwrap();
         }
+    }
+
+    /// The test options with a snapshot every 10 entries and no log kept behind it: logs
+    /// are purged soon, so a node that missed entries is caught up from a snapshot.
+    pub(super) fn small_snapshots(&self, name: &str) -> ControlOptions {
+        let mut options = self.options(name);
+        options.snapshot_logs = 10;
+        options.keep_logs = 0;
+        options
     }
 
     /// Stops node `name` the way the node does: Raft first, then the endpoint.
@@ -437,23 +460,7 @@ async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_
     init_logs();
     let mut group = Group::new();
     let all = ["n1", "n2", "n3"];
-    let small = |group: &Group, name: &str| {
-        let mut options = group.options(name);
-        options.snapshot_logs = 10;
-        options.keep_logs = 0;
-        options
-    };
-    for name in all {
-        let options = small(&group, name);
-        group.start(name, options).await;
-    }
-    let members: BTreeMap<String, String> = all
-        .iter()
-        .map(|n| (n.to_string(), group.node(n).addr.clone()))
-        .collect();
-    for name in all {
-        group.control(name).bootstrap(&members).await.unwrap();
-    }
+    group.bootstrap_with(&all, Group::small_snapshots).await;
     let leader = group.leader(&all).await;
     let down = all.iter().find(|n| **n != leader).unwrap().to_string();
 
@@ -486,7 +493,7 @@ async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_
     // Restart the follower with no network at all: its state comes back from its own
     // snapshot plus its log.
     group.stop(&down).await;
-    let (alone, _service) = Control::open(small(&group, &down), Arc::new(NoFallback))
+    let (alone, _service) = Control::open(group.small_snapshots(&down), Arc::new(NoFallback))
         .await
         .unwrap();
     let snapshot = || {
@@ -539,7 +546,7 @@ async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_
     group.converge(&rest).await;
 
     // It returns on a new port and can only catch up from a snapshot.
-    let options = small(&group, &down);
+    let options = group.small_snapshots(&down);
     group.start(&down, options).await;
     group.control(&down).join(&group.via(&rest)).await.unwrap();
     group.converge(&all).await;
