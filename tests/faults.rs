@@ -251,11 +251,7 @@ fn seeded_fault_run() {
     // Every member runs this build, so the cluster's version is raised before the first
     // fault: from then on each member's store is recorded, and a wiped node is replaced
     // by the leader (`raft/replace.rs`) rather than by an operator.
-    for i in 0..n {
-        c.wait_event(i, "the cluster's version raised", 0, |e| {
-            is("cluster.version").matches(e) && e["version"].as_u64() >= Some(7)
-        });
-    }
+    c.wait_version(7);
 
     let mut rng = Rng::new(seed);
     let mut schedule = Schedule {

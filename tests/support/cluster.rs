@@ -422,6 +422,18 @@ impl Cluster {
         self.wait_formed()
     }
 
+    /// Waits until every running node applied the raise of the cluster's version to
+    /// `version` or more (`cluster.version`), as in a cluster whose members all run this
+    /// build: from then on each member's store is recorded, and the leader replaces a
+    /// member that lost its disk (`raft/replace.rs`).
+    pub fn wait_version(&self, version: u64) {
+        for i in self.alive_nodes() {
+            self.wait_event(i, "the cluster's version raised", 0, |e| {
+                is("cluster.version").matches(e) && e["version"].as_u64() >= Some(version)
+            });
+        }
+    }
+
     /// Waits until the running nodes agree on a leader and each is ready and has opened
     /// a session in its current run; returns the leader's name.
     pub fn wait_formed(&self) -> String {
