@@ -394,7 +394,9 @@ impl Cluster {
                 }
                 self.members.remove(&node);
                 self.applied.remove(&node);
-                self.stores.remove(&node);
+                if let Some(store) = self.stores.remove(&node) {
+                    self.retired.insert(node.clone(), store);
+                }
                 for skipped in self.cooldown.values_mut() {
                     skipped.remove(&node);
                 }

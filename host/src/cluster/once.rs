@@ -72,10 +72,21 @@ impl Cluster {
                 Seen::Repeat(answer) => answer,
                 Seen::Refused(why) => Response::Refused(why),
                 Seen::New => {
+                    let joins = matches!(&command, Command::Join { node, .. } if node == member)
+                        && !self.members.contains_key(member);
                     let answer = match from {
                         Some(by) => self.apply_from(by, index, term, command),
                         None => self.apply(index, term, command),
                     };
+                    // A name that joins is its proposer's store from now on: recorded at
+                    // once, not only at its first session, so that Raft's messages name
+                    // it and another store's process cannot take the name meanwhile.
+                    if joins
+                        && answer == Response::Done
+                        && self.version >= crate::version::ADDRESSED
+                    {
+                        self.stores.insert(member.to_owned(), run.store);
+                    }
                     self.keep_answer(member, run, low, seq, &answer);
                     answer
                 }
@@ -86,6 +97,12 @@ impl Cluster {
     /// Whether `member`'s run `run` had number `seq` applied. Reads only: a record is
     /// made or replaced when an answer is kept.
     fn seen(&self, member: &str, run: Process, seq: u64) -> Seen {
+        if self.retired.get(member) == Some(&run.store) {
+            return Seen::Refused(format!(
+                "a command of {member} from store {}, which was removed from the cluster with {member}'s old member (its name rejoined as a new member, or is to): this process's data dir is no longer a member's; stop it, and empty its data dir to bring the machine back",
+                run.store
+            ));
+        }
         let Some(record) = self.applied.get(member) else {
             return Seen::New;
         };
@@ -411,5 +428,90 @@ mod tests {
                 .from_member("n1")
                 .is_none()
         );
+    }
+    /// A member removed with its store recorded leaves that store retired: its process's
+    /// numbered commands are refused for good, before and after the name joins again
+    /// with a new store, which is recorded at its join (issue 24, item 2).
+    #[test]
+    fn a_removed_member_s_store_is_refused_for_good_and_the_new_one_recorded_at_its_join() {
+        let mut cluster = Cluster {
+            version: crate::version::ADDRESSED,
+            ..Cluster::default()
+        };
+        let (old, new) = (run(1, 10), run(2, 1));
+        let join = |seq: u64| {
+            (
+                seq,
+                Command::Join {
+                    node: "a".into(),
+                    addr: "a:1".into(),
+                    labels: Default::default(),
+                },
+            )
+        };
+        let open = |seq: u64, process: Process| {
+            (
+                seq,
+                Command::OpenSessionOf {
+                    node: "a".into(),
+                    at_ms: 0,
+                    process,
+                    ended: None,
+                },
+            )
+        };
+        let outcome = cluster.apply_proposal(1, 1, stamped("a", old, 1, vec![join(1)]));
+        assert_eq!(answers(outcome), vec![Response::Done]);
+        assert_eq!(
+            cluster.stores.get("a"),
+            Some(&old.store),
+            "recorded at its join"
+        );
+        let outcome = cluster.apply_proposal(2, 1, stamped("a", old, 1, vec![open(2, old)]));
+        let [Response::Session(session)] = answers(outcome)[..] else {
+            panic!("no session")
+        };
+        cluster.apply(
+            3,
+            1,
+            Command::EndSession {
+                node: "a".into(),
+                session,
+                expired_in: None,
+                at_ms: 0,
+            },
+        );
+        assert_eq!(
+            cluster.apply(
+                4,
+                1,
+                Command::Remove {
+                    node: "a".into(),
+                    at_ms: 0
+                }
+            ),
+            Response::Done
+        );
+        assert_eq!(cluster.retired.get("a"), Some(&old.store));
+
+        // The old process, come back: refused, whether or not the name rejoined.
+        for at in [5, 8] {
+            let outcome = cluster.apply_proposal(at, 1, stamped("a", old, 1, vec![join(at)]));
+            assert!(
+                matches!(&answers(outcome)[..], [Response::Refused(why)] if why.contains("removed from the cluster")),
+                "at {at}"
+            );
+            if at == 5 {
+                // The name joins again from a new store, which is recorded.
+                let outcome = cluster.apply_proposal(6, 1, stamped("a", new, 1, vec![join(1)]));
+                assert_eq!(answers(outcome), vec![Response::Done]);
+                assert_eq!(cluster.stores.get("a"), Some(&new.store));
+                let outcome =
+                    cluster.apply_proposal(7, 1, stamped("a", new, 1, vec![open(2, new)]));
+                assert!(matches!(answers(outcome)[..], [Response::Session(_)]));
+            }
+        }
+        assert!(!cluster.members.is_empty());
+        assert_eq!(cluster.stores.get("a"), Some(&new.store));
     }
 }

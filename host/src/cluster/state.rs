@@ -74,6 +74,13 @@ pub struct Cluster {
     /// hashes while empty, as `applied` and `slot_state` are.
     #[serde(default)]
     pub stores: BTreeMap<String, super::StoreId>,
+    /// The store each name had when its member was last removed (`Command::Remove`):
+    /// a process of that store is a member no more, and its numbered commands are
+    /// refused for good (`once.rs`), so an old process that comes back after its name
+    /// rejoined with a new store (a wiped disk, `raft/replace.rs`) cannot act as the
+    /// member. One per name. Last, and left out of images and hashes while empty.
+    #[serde(default)]
+    pub retired: BTreeMap<String, super::StoreId>,
 }
 
 /// One member's run's recent stamped commands and their answers (`once.rs`).
@@ -591,16 +598,19 @@ impl Handover {
 }
 
 /// How many maps end [`Cluster`]'s encoding that [`drop_empty_tail`] may leave out:
-/// [`Cluster::applied`], [`Cluster::slot_state`], then [`Cluster::stores`].
-pub(crate) const TAIL_MAPS: usize = 3;
+/// [`Cluster::applied`], [`Cluster::slot_state`], [`Cluster::stores`], then
+/// [`Cluster::retired`].
+pub(crate) const TAIL_MAPS: usize = 4;
 
 /// Leaves out the empty maps at the end of `bytes`, the postcard encoding of an image or
-/// state that ends with `cluster`: [`Cluster::stores`] if empty, then
-/// [`Cluster::slot_state`] if that is empty too, then [`Cluster::applied`]. An empty map is one zero byte, its length.
+/// state that ends with `cluster`: [`Cluster::retired`] if empty, then
+/// [`Cluster::stores`], [`Cluster::slot_state`] and [`Cluster::applied`], each while all
+/// after it were empty too. An empty map is one zero byte, its length.
 /// So a state that uses none of them is byte for byte what a build before them writes and
 /// hashes; a reader appends the zeros back (`raft/state_machine.rs`, `Image::decode`).
 pub(crate) fn drop_empty_tail(bytes: &mut Vec<u8>, cluster: &Cluster) {
     for empty in [
+        cluster.retired.is_empty(),
         cluster.stores.is_empty(),
         cluster.slot_state.is_empty(),
         cluster.applied.is_empty(),

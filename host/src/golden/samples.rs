@@ -249,6 +249,10 @@ pub(crate) fn cluster() -> Cluster {
         )),
         "the stamped sample was not applied: {outcome:?}"
     );
+    // n2 was removed before the cluster recorded stores; as if it had been after.
+    cluster
+        .retired
+        .insert("n2".into(), StoreId::from_bytes([0x5d; 16]));
     cluster
 }
 

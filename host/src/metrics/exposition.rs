@@ -29,7 +29,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// | `tenure_node_info` | gauge (1) | `node` |
 /// | `tenure_rpc_sent_total`, `tenure_rpc_failed_total`, `tenure_rpc_served_total` | counter | `kind`, `name` |
 /// | `tenure_envelope_rejections_total` | counter | `reason` |
-/// | `tenure_control_refused_total` (forbidden, not-a-member, join-for-another, older-version, misaddressed) | counter | `reason` |
+/// | `tenure_control_refused_total` (forbidden, not-a-member, join-for-another, older-version, misaddressed, removed-store) | counter | `reason` |
 /// | `tenure_transport_<counter>_total` (retries, handshakes_evicted, handshakes_rejected, handshakes_failed, connections_refused, connections_retired, streams_rejected, requests_retried, revoked, reloads, reload_failures) | counter | |
 /// | `tenure_raft_term`, `tenure_raft_is_leader`, `tenure_raft_leader_known`, `tenure_raft_applied_index`, `tenure_raft_voters`, `tenure_raft_learners` | gauge | |
 /// | `tenure_cluster_members`, `tenure_cluster_sessions`, `tenure_cluster_resources`, `tenure_cluster_slots_assigned` | gauge | |

@@ -41,6 +41,10 @@ pub enum ControlError {
         store: PathBuf,
         why: String,
     },
+    /// The leader refused this node's store for good: the member of its name was removed
+    /// with this store (or runs on another): `why`, with what to do.
+    #[error("node {name} may not join with this data dir: {why}")]
+    Removed { name: String, why: String },
     /// A node with `peers` and a new store found the cluster formed without it.
     #[error(
         "the cluster of {by} was formed without node {name}, so {name} cannot form it with them: start {name} with `join = [\"NAME@HOST:PORT\", ...]` (the members) instead of `peers`",
@@ -87,6 +91,7 @@ impl ControlError {
             | ControlError::Storage { .. }
             | ControlError::Format(_)
             | ControlError::Forgot { .. }
+            | ControlError::Removed { .. }
             | ControlError::NotInitial { .. }
             | ControlError::TwoClusters { .. }
             | ControlError::Start(_)

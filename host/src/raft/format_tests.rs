@@ -370,33 +370,39 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     assert!(old.ends_with(&image.cluster.encode().unwrap()));
 }
 
-/// The maps that end an image (stamped answers, per-slot state, then members' stores)
-/// are left out while empty, from the end: every combination reads back as written, and
-/// an image cut short by one byte more is refused, not read as another state.
+/// The maps that end an image (stamped answers, per-slot state, members' stores, then
+/// removed stores) are left out while empty, from the end: every combination reads back
+/// as written, and an image cut short by one byte more is refused, not read as another
+/// state.
 #[test]
 fn an_image_s_empty_tail_is_left_out_and_read_back() {
     use super::state_machine::{Image, encode_image};
     let full = crate::golden::samples::cluster();
-    assert!(!full.applied.is_empty() && !full.slot_state.is_empty() && !full.stores.is_empty());
+    assert!(
+        !full.applied.is_empty()
+            && !full.slot_state.is_empty()
+            && !full.stores.is_empty()
+            && !full.retired.is_empty()
+    );
     let image = fixture_image(5);
     let base = Image::decode(&image).unwrap();
-    for kept in 0..8u8 {
-        let (applied, slot_state, stores) = (kept & 1 != 0, kept & 2 != 0, kept & 4 != 0);
+    for kept in 0..16u8 {
+        let keep = |bit: u8| kept & (1 << bit) != 0;
         let mut cluster = full.clone();
-        if !applied {
+        if !keep(0) {
             cluster.applied.clear();
         }
-        if !slot_state {
+        if !keep(1) {
             cluster.slot_state.clear();
         }
-        if !stores {
+        if !keep(2) {
             cluster.stores.clear();
         }
+        if !keep(3) {
+            cluster.retired.clear();
+        }
         // Empty maps from the end are left out, up to the first that is not empty.
-        let left_out = [stores, slot_state, applied]
-            .iter()
-            .take_while(|kept| !**kept)
-            .count();
+        let left_out = (0..4).rev().take_while(|bit| !keep(*bit)).count();
         let bytes = encode_image(&base.applied, &base.membership, &cluster).unwrap();
         let whole = postcard::to_allocvec(&Image {
             applied: base.applied,
@@ -404,7 +410,7 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
             cluster: cluster.clone(),
         })
         .unwrap();
-        let case = format!("applied {applied}, slot state {slot_state}, stores {stores}");
+        let case = format!("maps kept: {kept:04b} (retired, stores, slot state, applied)");
         assert_eq!(bytes.len() + left_out, whole.len(), "{case}");
         let read = Image::decode(&bytes).unwrap();
         assert_eq!(read.cluster, cluster, "{case}");

@@ -56,7 +56,7 @@ use super::Shared;
 use super::error::ControlError;
 use super::kinds::STORE_INFO;
 use super::network::Attached;
-use crate::cluster::ClusterId;
+use crate::cluster::{ClusterId, StoreId};
 
 /// How often a node waiting for its peers asks again.
 const ASK_AGAIN: Duration = Duration::from_millis(250);
@@ -75,6 +75,13 @@ pub struct StoreInfo {
     pub members: Vec<String>,
     /// The cluster's id, once the answering replica has one (`cluster/identity.rs`).
     pub cluster: Option<ClusterId>,
+    /// The store the answering replica records for the asker's name
+    /// (`Cluster::stores`), if any. Not in this struct's encoding: it follows it on the
+    /// wire (the answer is the pair, from this build on), so a 0.2.0 node reads the
+    /// struct alone, and an answer of a 0.2.0 node reads as `None`. A process whose
+    /// name is listed with another store is not that member (`removed.rs`).
+    #[serde(skip)]
+    pub yours: Option<StoreId>,
 }
 
 /// Whether this node is still deciding, and so refuses Raft's messages.
@@ -88,8 +95,8 @@ pub(crate) fn refuses_raft(shared: &Shared) -> Option<String> {
 }
 
 impl Shared {
-    /// This node's answer to [`STORE_INFO`].
-    pub(crate) fn store_info(&self) -> StoreInfo {
+    /// This node's answer to [`STORE_INFO`] asked by node `from`.
+    pub(crate) fn store_info(&self, from: &str) -> StoreInfo {
         let raft_members: Vec<String> = {
             let metrics = self.metrics.borrow();
             metrics
@@ -99,15 +106,19 @@ impl Shared {
                 .map(|(_, peer)| peer.name.clone())
                 .collect()
         };
-        let members = {
+        let (members, yours) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
-            cluster.members.keys().cloned().collect()
+            (
+                cluster.members.keys().cloned().collect(),
+                cluster.stores.get(from).copied(),
+            )
         };
         StoreInfo {
             formed: !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst),
             raft_members,
             members,
             cluster: self.cluster_id.get().copied(),
+            yours,
         }
     }
 }
@@ -243,7 +254,19 @@ async fn asked(attached: &Attached, name: &str, addr: &str) -> Result<StoreInfo,
         )) => return Err(NoAnswer::Refused(e.to_string())),
         Ok(Err(_)) => return Err(NoAnswer::Silent),
     };
-    crate::rpc::decode::<StoreInfo>(&bytes).map_err(|_| NoAnswer::Silent)
+    let (info, yours) = crate::rpc::decode_with_tail::<StoreInfo, Option<StoreId>>(&bytes)
+        .map_err(|_| NoAnswer::Silent)?;
+    Ok(StoreInfo {
+        yours: yours.flatten(),
+        ..info
+    })
+}
+
+impl StoreInfo {
+    /// The answer's bytes: the struct, then [`StoreInfo::yours`].
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_allocvec(&(self, self.yours))
+    }
 }
 
 /// What [`decide`] found.
@@ -408,6 +431,7 @@ mod tests {
             raft_members: raft.iter().map(|s| s.to_string()).collect(),
             members: members.iter().map(|s| s.to_string()).collect(),
             cluster: None,
+            yours: None,
         })
     }
 

@@ -222,6 +222,14 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             },
         ),
         Sample::of("join-11-request", &Peer::new("n3", "10.0.0.3:7400")),
+        // From this build on, the joiner's store follows (a tail 0.2.0 does not read).
+        Sample::of(
+            "join-11-request-with-store",
+            &(
+                Peer::new("n3", "10.0.0.3:7400"),
+                crate::cluster::StoreId::from_bytes([0x5d; 16]),
+            ),
+        ),
         Sample::of("join-11-answer-joined", &JoinReply::Joined { voter: false }),
         Sample::of(
             "join-11-answer-not-leader",
@@ -232,6 +240,10 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
         Sample::of(
             "join-11-answer-refused",
             &JoinReply::Refused("n3 may only join as itself".into()),
+        ),
+        Sample::of(
+            "join-11-answer-removed",
+            &JoinReply::Removed("n3's member was removed with this data dir".into()),
         ),
     ];
     samples.push(Sample::of(
@@ -265,7 +277,20 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             raft_members: vec!["n1".into(), "n2".into(), "n3".into()],
             members: vec!["n1".into(), "n2".into()],
             cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
+            yours: None,
         },
+    ));
+    // From this build on, the store recorded for the asker's name follows.
+    let with_yours = super::forming::StoreInfo {
+        formed: true,
+        raft_members: vec!["n1".into(), "n2".into(), "n3".into()],
+        members: vec!["n1".into(), "n2".into(), "n3".into()],
+        cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
+        yours: Some(crate::cluster::StoreId::from_bytes([0x5e; 16])),
+    };
+    samples.push(Sample::of(
+        "store-info-12-answer-with-yours",
+        &(with_yours.clone(), with_yours.yours),
     ));
     for (name, proposal) in proposals() {
         samples.push(Sample::of(format!("propose-10-request-{name}"), &proposal));

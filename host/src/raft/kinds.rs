@@ -43,9 +43,10 @@ pub const INSTALL_SNAPSHOT_TO: u16 = 6;
 /// A [`crate::cluster::Proposal`] for the leader to commit → [`ProposeReply`]. The
 /// leader refuses a payload over `ControlOptions::max_command` unread.
 pub const PROPOSE: u16 = 10;
-/// A node asks to join: [`Peer`] (its name and the address to dial it at) →
-/// [`JoinReply`]. A non-leader answers with the leader to ask; only the node named may
-/// send it.
+/// A node asks to join: [`Peer`] (its name and the address to dial it at), then, from
+/// this build on, its store's [`crate::cluster::StoreId`] (a tail that 0.2.0 does not
+/// read: `rpc::decode_with_tail`) → [`JoinReply`]. A non-leader answers with the leader
+/// to ask; only the node named may send it.
 pub const JOIN: u16 = 11;
 /// A node with a new Raft store asks what the answering node knows of the cluster
 /// (`forming.rs`): an empty payload → [`super::forming::StoreInfo`]. Any node may ask.
@@ -139,4 +140,8 @@ pub enum JoinReply {
     NotLeader { leader: Option<Peer> },
     /// Refused (e.g. a node asking for another's name), or Raft failed.
     Refused(String),
+    /// Never with this store: the member of the name was removed with it, or the name is
+    /// a member on another store (`membership.rs`). The node stops; `why` says what to
+    /// do. Only answered to a JOIN that named its store, so never to a 0.2.0 node.
+    Removed(String),
 }

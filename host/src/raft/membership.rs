@@ -35,7 +35,7 @@ use super::kinds::{JOIN, JoinReply};
 use super::network::resolve;
 use super::refusals::Refusal;
 use super::types::{NodeId, Peer};
-use crate::cluster::{Command, Outcome, Proposal, Response};
+use crate::cluster::{Command, Outcome, Proposal, Response, StoreId};
 
 /// How often the housekeeping task tends the voters.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
@@ -45,7 +45,8 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     let attached = shared.attached()?;
     let started = Instant::now();
     let deadline = started + shared.options.join_timeout;
-    let body = postcard::to_allocvec(&attached.me)
+    // Its store follows, so that the leader can refuse a store whose member was removed.
+    let body = postcard::to_allocvec(&(&attached.me, shared.store))
         .map_err(|e| ControlError::Options(format!("cannot encode the join request: {e}")))?;
     let mut wait = Duration::from_millis(100);
     // Whether the wait was said (once: the answers are the same each round).
@@ -91,6 +92,13 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                     leader.map_or("unknown".into(), |p| p.to_string())
                 )),
                 Ok(JoinReply::Refused(why)) => failures.push(format!("{name}: {why}")),
+                // The leader's word for good: asking again would not change it.
+                Ok(JoinReply::Removed(why)) => {
+                    return Err(ControlError::Removed {
+                        name: shared.name.clone(),
+                        why,
+                    });
+                }
                 Err(e) => failures.push(format!("{name}: {e}")),
             }
         }
@@ -120,9 +128,14 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
 }
 
 impl Shared {
-    /// Answers a JOIN for `peer` sent by node `from`: on the leader, admits it; elsewhere,
-    /// names the leader to ask.
-    pub(crate) async fn serve_join(self: &Arc<Self>, from: &str, peer: Peer) -> JoinReply {
+    /// Answers a JOIN for `peer` sent by node `from` from its store `store` (`None` from a
+    /// 0.2.0 node): on the leader, admits it; elsewhere, names the leader to ask.
+    pub(crate) async fn serve_join(
+        self: &Arc<Self>,
+        from: &str,
+        peer: Peer,
+        store: Option<StoreId>,
+    ) -> JoinReply {
         if from != peer.name {
             let error = format!(
                 "{from} may not ask for {} to join: only a node itself may",
@@ -138,10 +151,35 @@ impl Shared {
             return JoinReply::Refused(format!("{}'s address: {e}", peer.name));
         }
         if self.is_leader() {
+            if let Some(why) = store.and_then(|store| self.never_as(&peer.name, store)) {
+                self.refusals.record(Refusal::RemovedStore, from, &why);
+                return JoinReply::Removed(why);
+            }
             return self.admit(peer).await;
         }
         JoinReply::NotLeader {
             leader: self.leader().map(|(_, p)| p),
+        }
+    }
+
+    /// Why a process of store `store` may never join as `name`, if it may not: the
+    /// member of that name was removed with that store (`Cluster::retired`), or the name
+    /// is a member whose recorded store is another (`Cluster::stores`). Admitting it would
+    /// point the name's Raft address at a process that refuses every message meant for
+    /// the member (`service.rs`), and give a voter whose commands are all refused
+    /// (`cluster/once.rs`). A store the cluster records for no one is admitted as before.
+    fn never_as(&self, name: &str, store: StoreId) -> Option<String> {
+        let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+        if cluster.retired.get(name) == Some(&store) {
+            return Some(format!(
+                "{name}'s member was removed from the cluster with this data dir (store {store}), by `tenure member remove {name}` or because {name} came back on a new disk; a removed member is never taken back, as in etcd. To bring this machine back as a new member: stop it, empty its data dir, and start it again (with `join` or its old `peers`)"
+            ));
+        }
+        match cluster.stores.get(name) {
+            Some(recorded) if *recorded != store => Some(format!(
+                "{name} is a member whose data dir is another (store {recorded}); this process's data dir is store {store}: two processes with one name on different data dirs. Stop this one; if the other is gone for good and this machine is to take its place, empty this data dir and start again (it is then admitted as {name}'s new member once the old member's session has ended)"
+            )),
+            _ => None,
         }
     }
 

@@ -94,6 +94,8 @@ mod once_tests;
 #[cfg(test)]
 mod replace_tests;
 #[cfg(test)]
+mod retired_tests;
+#[cfg(test)]
 pub(crate) use golden::{golden_store_samples, golden_wire_samples};
 #[cfg(test)]
 mod tests;

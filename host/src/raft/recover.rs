@@ -285,6 +285,7 @@ fn forget(
     // the new cluster's leaders would address this node as its old store, and it would
     // refuse them (`service.rs`).
     cluster.stores.clear();
+    cluster.retired.clear();
     (sessions.into_iter().map(|(n, _)| n).collect(), others)
 }
 

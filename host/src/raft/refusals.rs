@@ -11,7 +11,11 @@
 //!   the cluster's version (an older build, `crate::version`);
 //! - [`Refusal::Misaddressed`]: a Raft message that names another store of this node's
 //!   name (`service.rs`): its sender's replica knows an earlier store of this name, one
-//!   whose disk was wiped or replaced before this node rejoined.
+//!   whose disk was wiped or replaced before this node rejoined;
+//! - [`Refusal::RemovedStore`]: a join from a process whose store is not its name's
+//!   member's: the member was removed with that store, or runs on another
+//!   (`membership.rs`; the state machine refuses such a process's commands too:
+//!   `cluster/once.rs`).
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
 //! at most [`LOG_LIMIT`] lines a minute per reason: a hostile member could otherwise fill
@@ -35,15 +39,17 @@ pub enum Refusal {
     JoinForAnother,
     OlderVersion,
     Misaddressed,
+    RemovedStore,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Refusal::Forbidden,
         Refusal::NotAMember,
         Refusal::JoinForAnother,
         Refusal::OlderVersion,
         Refusal::Misaddressed,
+        Refusal::RemovedStore,
     ];
 
     /// The metric label and the log's `reason`.
@@ -54,14 +60,15 @@ impl Refusal {
             Refusal::JoinForAnother => "join-for-another",
             Refusal::OlderVersion => "older-version",
             Refusal::Misaddressed => "misaddressed",
+            Refusal::RemovedStore => "removed-store",
         }
     }
 }
 
 /// The counters and the log's rate limit.
 pub(crate) struct Refusals {
-    counts: [AtomicU64; 5],
-    logs: [Mutex<RateLimiter>; 5],
+    counts: [AtomicU64; 6],
+    logs: [Mutex<RateLimiter>; 6],
 }
 
 impl Default for Refusals {

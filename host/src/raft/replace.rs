@@ -25,12 +25,11 @@
 //! The leader then takes the old member out as `tenure member remove` does
 //! (`Shared::remove_for_good`: out of the Raft membership, then out of the members); the
 //! node goes on to join (`membership.rs`). A replica that missed the removal still means
-//! the old store, and the new node refuses its messages (`service.rs`). Should the old
-//! process come back after all (it was only paused or cut off) before the new node has
-//! rejoined, it learns that it was removed and stops (`removed.rs`). Known gap: after the
-//! rejoin it is a process under a member's name, and until the new node opens a session
-//! it could open one (one session per name still holds, and its slots are fenced as any
-//! owner's); a store once removed is not yet refused for good.
+//! the old store, and the new node refuses its messages (`service.rs`). The old store is
+//! retired for good (`Cluster::retired`): should the old process come back after all (it
+//! was only paused or cut off), its commands are refused (`cluster/once.rs`), the leader
+//! refuses its JOIN (`membership.rs`), and it learns from the voters that its name is
+//! another store's, or no member's, and stops (`removed.rs`).
 //!
 //! A leader of an older build does not know the kind: the node then refuses to start as
 //! before, saying how to do the removal by hand.

@@ -169,10 +169,14 @@ impl Shared {
                 encode(&self.serve_propose(from, proposal).await)
             }
             JOIN => {
-                let peer: Peer = decode(kind, payload)?;
-                encode(&self.serve_join(from, peer).await)
+                let (peer, store): (Peer, Option<StoreId>) = crate::rpc::decode_with_tail(payload)
+                    .map_err(|e| format!("unreadable payload of kind {kind}: {e}"))?;
+                encode(&self.serve_join(from, peer, store).await)
             }
-            STORE_INFO => encode(&self.store_info()),
+            STORE_INFO => self
+                .store_info(from)
+                .encode()
+                .map_err(|e| format!("cannot encode the answer: {e}")),
             REPLACE => {
                 let store: crate::cluster::StoreId = decode(kind, payload)?;
                 encode(&self.serve_replace(from, store).await)

@@ -59,6 +59,34 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     })
 }
 
+/// Decodes a message that a newer build extended at its end: the `T` every build sends,
+/// then a `U` if bytes follow. postcard reads no further than the type it is asked for, so
+/// an older build reads the extended message as its `T` alone; this reads an older
+/// build's message as `(T, None)`. Bytes after the `U` are ignored, as postcard ignores
+/// them after a `T`. Both parts are depth-limited as [`from_bytes`] is.
+pub fn with_tail<T: DeserializeOwned, U: DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(T, Option<U>), DecodeError> {
+    let depth = Depth::default();
+    let mut postcard = postcard::Deserializer::from_bytes(bytes);
+    let limited = Limited {
+        inner: &mut postcard,
+        depth: &depth,
+    };
+    let head = T::deserialize(limited).map_err(|e| {
+        if depth.tripped.get() {
+            DecodeError::TooDeep { max: MAX_DEPTH }
+        } else {
+            DecodeError::Postcard(e)
+        }
+    })?;
+    let rest = postcard.finalize()?;
+    if rest.is_empty() {
+        return Ok((head, None));
+    }
+    Ok((head, Some(from_bytes(rest)?)))
+}
+
 /// The current nesting, and whether the limit was hit (postcard's error type keeps no
 /// message, so the reason is kept here).
 #[derive(Default)]
@@ -359,5 +387,32 @@ mod tests {
         );
         assert!(from_bytes::<Chain>(&chain(MAX_DEPTH)).is_err());
         assert!(from_bytes::<Chain>(&chain(MAX_DEPTH / 4)).is_ok());
+    }
+
+    /// A message extended at its end reads as its head in either build: the tail is
+    /// there when sent, absent when not, and a reader of the head alone ignores it.
+    #[test]
+    fn a_tail_is_read_when_present_and_ignored_by_a_reader_of_the_head() {
+        let head = ("n3".to_owned(), "10.0.0.3:7400".to_owned());
+        let plain = postcard::to_allocvec(&head).unwrap();
+        let extended = postcard::to_allocvec(&(&head, 7u64)).unwrap();
+        assert_eq!(
+            with_tail::<(String, String), u64>(&extended).unwrap(),
+            (head.clone(), Some(7))
+        );
+        assert_eq!(
+            with_tail::<(String, String), u64>(&plain).unwrap(),
+            (head.clone(), None)
+        );
+        assert_eq!(from_bytes::<(String, String)>(&extended).unwrap(), head);
+        // A tail that is not a `U` is an error, not silently dropped.
+        assert!(with_tail::<(String, String), String>(&extended).is_err());
+        // Nor does the tail escape the depth limit.
+        let mut deep = plain.clone();
+        deep.extend(chain(MAX_DEPTH + 1));
+        assert!(matches!(
+            with_tail::<(String, String), Chain>(&deep),
+            Err(DecodeError::TooDeep { .. })
+        ));
     }
 }

@@ -57,7 +57,7 @@ mod tests;
 
 pub use client::Rpc;
 pub use counts::{KINDS, KindCount};
-pub use decode::{DecodeError, MAX_DEPTH, from_bytes as decode};
+pub use decode::{DecodeError, MAX_DEPTH, from_bytes as decode, with_tail as decode_with_tail};
 pub use error::RpcError;
 pub use operator::{NODE_CERT_REFUSAL, OPERATOR_PREFIX, OperatorService, operator_request};
 pub use service::Service;
