@@ -395,7 +395,7 @@ impl Cluster {
                 self.members.remove(&node);
                 self.applied.remove(&node);
                 if let Some(store) = self.stores.remove(&node) {
-                    self.retired.insert(node.clone(), store);
+                    self.retired.entry(node.clone()).or_default().insert(store);
                 }
                 for skipped in self.cooldown.values_mut() {
                     skipped.remove(&node);

@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Applied, Cluster, Command, Process, Response};
+use super::{Applied, Cluster, Command, Process, Response, StoreId};
 
 /// Most answers kept per member. A proposer never has more numbers in flight
 /// (`raft/stamps.rs` waits for room), so an honest run's answers are never cut; the cap
@@ -94,13 +94,37 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether a member of `name` was removed with store `store` (`Cluster::retired`).
+    pub fn is_retired(&self, name: &str, store: StoreId) -> bool {
+        self.retired
+            .get(name)
+            .is_some_and(|stores| stores.contains(&store))
+    }
+
+    /// What a process of `name`'s retired store `store` is told: that it is a member no
+    /// more, and what to do, which depends on whether the name runs elsewhere now. If it
+    /// does, emptying this data dir and starting again would only push out the process
+    /// that runs as the name (`raft/replace.rs`), so the operator is told to stop that
+    /// one first, if this machine is to be the name instead.
+    pub fn retired_why(&self, name: &str, store: StoreId) -> String {
+        match self.stores.get(name) {
+            Some(now) => format!(
+                "{name}'s member was removed from the cluster with this data dir (store {store}), and {name} is now a member on another data dir (store {now}): this process must not run as {name}; stop it. If this machine is to be {name} instead, stop the other process first, then empty this data dir and start this one again"
+            ),
+            None => format!(
+                "{name}'s member was removed from the cluster with this data dir (store {store}), by `tenure member remove {name}` or because {name} came back on a new disk; a removed member is never taken back, as in etcd. To bring this machine back as a new member: stop it, empty its data dir, and start it again"
+            ),
+        }
+    }
+
     /// Whether `member`'s run `run` had number `seq` applied. Reads only: a record is
     /// made or replaced when an answer is kept.
     fn seen(&self, member: &str, run: Process, seq: u64) -> Seen {
-        if self.retired.get(member) == Some(&run.store) {
+        if self.is_retired(member, run.store) {
             return Seen::Refused(format!(
-                "a command of {member} from store {}, which was removed from the cluster with {member}'s old member (its name rejoined as a new member, or is to): this process's data dir is no longer a member's; stop it, and empty its data dir to bring the machine back",
-                run.store
+                "a command of {member} from store {}: {}",
+                run.store,
+                self.retired_why(member, run.store)
             ));
         }
         let Some(record) = self.applied.get(member) else {
@@ -492,13 +516,13 @@ mod tests {
             ),
             Response::Done
         );
-        assert_eq!(cluster.retired.get("a"), Some(&old.store));
+        assert!(cluster.is_retired("a", old.store));
 
         // The old process, come back: refused, whether or not the name rejoined.
         for at in [5, 8] {
             let outcome = cluster.apply_proposal(at, 1, stamped("a", old, 1, vec![join(at)]));
             assert!(
-                matches!(&answers(outcome)[..], [Response::Refused(why)] if why.contains("removed from the cluster")),
+                matches!(&answers(outcome)[..], [Response::Refused(why)] if why.contains("removed from the cluster with this data dir")),
                 "at {at}"
             );
             if at == 5 {

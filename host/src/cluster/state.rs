@@ -3,7 +3,7 @@
 //! Everything here is serialized with postcard into the Raft log and snapshots, and with
 //! serde_json into `tenure status --json`, so maps are keyed by strings or integers only.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -74,13 +74,16 @@ pub struct Cluster {
     /// hashes while empty, as `applied` and `slot_state` are.
     #[serde(default)]
     pub stores: BTreeMap<String, super::StoreId>,
-    /// The store each name had when its member was last removed (`Command::Remove`):
-    /// a process of that store is a member no more, and its numbered commands are
-    /// refused for good (`once.rs`), so an old process that comes back after its name
-    /// rejoined with a new store (a wiped disk, `raft/replace.rs`) cannot act as the
-    /// member. One per name. Last, and left out of images and hashes while empty.
+    /// Every store each name had when a member of it was removed (`Command::Remove`)
+    /// with its store recorded: a process of such a store is a member no more. Its
+    /// numbered commands are refused (`once.rs`) and its joins too
+    /// (`raft/membership.rs`), so an old process that comes back after its name rejoined
+    /// with a new store (a wiped disk, `raft/replace.rs`) cannot act as the member. Only
+    /// ever grows (a store id is never made again), except that `recover` and `snapshot
+    /// restore` clear it with `stores`. Last, and left out of images and hashes while
+    /// empty.
     #[serde(default)]
-    pub retired: BTreeMap<String, super::StoreId>,
+    pub retired: BTreeMap<String, BTreeSet<super::StoreId>>,
 }
 
 /// One member's run's recent stamped commands and their answers (`once.rs`).

@@ -252,7 +252,7 @@ pub(crate) fn cluster() -> Cluster {
     // n2 was removed before the cluster recorded stores; as if it had been after.
     cluster
         .retired
-        .insert("n2".into(), StoreId::from_bytes([0x5d; 16]));
+        .insert("n2".into(), [StoreId::from_bytes([0x5d; 16])].into());
     cluster
 }
 

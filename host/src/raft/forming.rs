@@ -82,6 +82,20 @@ pub struct StoreInfo {
     /// name is listed with another store is not that member (`removed.rs`).
     #[serde(skip)]
     pub yours: Option<StoreId>,
+    /// The cluster removed a member of the asker's name with its store recorded
+    /// (`Cluster::retired`): a node of that name whose store is new may join as a new
+    /// member, even with `peers`. After the struct on the wire, as [`StoreInfo::yours`].
+    #[serde(skip)]
+    pub yours_removed: bool,
+}
+
+/// What follows [`StoreInfo`] in an answer from this build on: what the answering
+/// replica says of the asker's name. A 0.2.0 node reads the struct alone; so `StoreInfo`
+/// can gain no field on the wire of its own: it would be read as this tail.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct AboutYou {
+    pub(crate) recorded: Option<StoreId>,
+    pub(crate) removed: bool,
 }
 
 /// Whether this node is still deciding, and so refuses Raft's messages.
@@ -106,11 +120,12 @@ impl Shared {
                 .map(|(_, peer)| peer.name.clone())
                 .collect()
         };
-        let (members, yours) = {
+        let (members, yours, yours_removed) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
             (
                 cluster.members.keys().cloned().collect(),
                 cluster.stores.get(from).copied(),
+                cluster.retired.contains_key(from),
             )
         };
         StoreInfo {
@@ -119,6 +134,7 @@ impl Shared {
             members,
             cluster: self.cluster_id.get().copied(),
             yours,
+            yours_removed,
         }
     }
 }
@@ -141,6 +157,11 @@ pub(crate) enum Verdict {
     },
     /// The cluster formed without this node (with `peers` only): `by` say so.
     NotInitial { by: Vec<String> },
+    /// The cluster formed without this node, and removed its name's old member with that
+    /// member's store (`by` say both): this node, whose store is new, joins as a new
+    /// member, as after a replacement. So a node whose old member was replaced, and that
+    /// stopped before it had joined, still joins with its `peers` at its next start.
+    Rejoin { by: Vec<String> },
     /// The nodes asked belong to more than one cluster: each id with who answered it.
     TwoClusters(BTreeMap<ClusterId, Vec<String>>),
 }
@@ -211,7 +232,15 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
         .map(|(name, _)| name.clone())
         .collect();
     if !without_me.is_empty() {
-        return Verdict::NotInitial { by: without_me };
+        let removed = answers
+            .iter()
+            .filter(|(name, _)| without_me.contains(name))
+            .all(|(_, a)| a.as_ref().is_some_and(|a| a.yours_removed));
+        return if removed {
+            Verdict::Rejoin { by: without_me }
+        } else {
+            Verdict::NotInitial { by: without_me }
+        };
     }
     // A majority of the initial members, this node one of them.
     let (answered, members) = (answers.len() - silent.len() + 1, answers.len() + 1);
@@ -254,18 +283,26 @@ async fn asked(attached: &Attached, name: &str, addr: &str) -> Result<StoreInfo,
         )) => return Err(NoAnswer::Refused(e.to_string())),
         Ok(Err(_)) => return Err(NoAnswer::Silent),
     };
-    let (info, yours) = crate::rpc::decode_with_tail::<StoreInfo, Option<StoreId>>(&bytes)
+    let (info, about) = crate::rpc::decode_with_tail::<StoreInfo, AboutYou>(&bytes)
         .map_err(|_| NoAnswer::Silent)?;
-    Ok(StoreInfo {
-        yours: yours.flatten(),
-        ..info
+    Ok(match about {
+        Some(about) => StoreInfo {
+            yours: about.recorded,
+            yours_removed: about.removed,
+            ..info
+        },
+        None => info,
     })
 }
 
 impl StoreInfo {
-    /// The answer's bytes: the struct, then [`StoreInfo::yours`].
+    /// The answer's bytes: the struct, then what it says of the asker ([`AboutYou`]).
     pub(crate) fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
-        postcard::to_allocvec(&(self, self.yours))
+        let about = AboutYou {
+            recorded: self.yours,
+            removed: self.yours_removed,
+        };
+        postcard::to_allocvec(&(self, about))
     }
 }
 
@@ -409,6 +446,17 @@ pub(crate) async fn decide(
                         .collect(),
                 });
             }
+            Verdict::Rejoin { by } => {
+                tracing::info!(
+                    event = crate::events::CLUSTER_WAITING,
+                    by = %by.join(", "),
+                    store = %shared.store,
+                    "{} removed this node's old member (its data dir was lost): it joins as a new member",
+                    by.join(", ")
+                );
+                replaced = true;
+                joining = true;
+            }
             Verdict::NotInitial { by } => {
                 return Err(ControlError::NotInitial {
                     name: shared.name.clone(),
@@ -432,6 +480,7 @@ mod tests {
             members: members.iter().map(|s| s.to_string()).collect(),
             cluster: None,
             yours: None,
+            yours_removed: false,
         })
     }
 
@@ -550,6 +599,75 @@ mod tests {
             Verdict::NotInitial { .. }
         ));
         assert_eq!(verdict("n2", true, &a), Verdict::Go);
+    }
+
+    /// A node whose old member was removed with its store (replaced, or removed by an
+    /// operator) and whose store is new rejoins with `peers`, as after a replacement:
+    /// every answer of the cluster formed without it must say so.
+    #[test]
+    fn a_node_whose_old_member_the_cluster_removed_rejoins_with_its_peers() {
+        let removed = info(true, &["n1", "n3"], &["n1", "n3"]).map(|a| StoreInfo {
+            yours_removed: true,
+            ..a
+        });
+        let a = answers(vec![("n1", removed.clone()), ("n3", removed.clone())]);
+        assert_eq!(
+            verdict("n2", false, &a),
+            Verdict::Rejoin {
+                by: vec!["n1".into(), "n3".into()]
+            }
+        );
+        // One answer that does not say so (a 0.2.0 node, or a replica that has not
+        // applied the removal's record): not initial, as before.
+        let a = answers(vec![
+            ("n1", removed),
+            ("n3", info(true, &["n1", "n3"], &["n1", "n3"])),
+        ]);
+        assert!(matches!(
+            verdict("n2", false, &a),
+            Verdict::NotInitial { .. }
+        ));
+    }
+
+    /// The tails of this build's STORE_INFO answer and JOIN request are read by 0.2.0 as
+    /// the message it knows, and their absence in 0.2.0's reads as nothing said.
+    #[test]
+    fn the_tails_are_ignored_by_0_2_0_and_absent_from_it() {
+        let info = StoreInfo {
+            yours: Some(StoreId::from_bytes([7; 16])),
+            yours_removed: true,
+            ..info(true, &["n1"], &["n1"]).unwrap()
+        };
+        let bytes = info.encode().unwrap();
+        let old_reader: StoreInfo = crate::rpc::decode(&bytes).unwrap();
+        assert_eq!(
+            old_reader,
+            StoreInfo {
+                yours: None,
+                yours_removed: false,
+                ..info.clone()
+            }
+        );
+        let (head, tail) = crate::rpc::decode_with_tail::<StoreInfo, AboutYou>(&bytes).unwrap();
+        let tail = tail.expect("the tail");
+        assert_eq!(
+            (head, tail.recorded, tail.removed),
+            (old_reader.clone(), info.yours, true)
+        );
+        let old_bytes = postcard::to_allocvec(&old_reader).unwrap();
+        let (_, none) = crate::rpc::decode_with_tail::<StoreInfo, AboutYou>(&old_bytes).unwrap();
+        assert!(none.is_none());
+
+        let me = super::super::types::Peer::new("n3", "10.0.0.3:7400");
+        let store = StoreId::from_bytes([8; 16]);
+        let join = super::super::membership::join_request(&me, store).unwrap();
+        let peer: super::super::types::Peer = crate::rpc::decode(&join).unwrap();
+        assert_eq!(peer, me);
+        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, StoreId>(&join);
+        assert_eq!(read.unwrap(), (me.clone(), Some(store)));
+        let old_join = postcard::to_allocvec(&me).unwrap();
+        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, StoreId>(&old_join);
+        assert_eq!(read.unwrap(), (me, None));
     }
 
     #[test]

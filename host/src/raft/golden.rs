@@ -278,19 +278,27 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             members: vec!["n1".into(), "n2".into()],
             cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
             yours: None,
+            yours_removed: false,
         },
     ));
-    // From this build on, the store recorded for the asker's name follows.
+    // From this build on, what the cluster records of the asker's name follows.
     let with_yours = super::forming::StoreInfo {
         formed: true,
         raft_members: vec!["n1".into(), "n2".into(), "n3".into()],
         members: vec!["n1".into(), "n2".into(), "n3".into()],
         cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
         yours: Some(crate::cluster::StoreId::from_bytes([0x5e; 16])),
+        yours_removed: true,
     };
     samples.push(Sample::of(
         "store-info-12-answer-with-yours",
-        &(with_yours.clone(), with_yours.yours),
+        &(
+            with_yours.clone(),
+            super::forming::AboutYou {
+                recorded: with_yours.yours,
+                removed: with_yours.yours_removed,
+            },
+        ),
     ));
     for (name, proposal) in proposals() {
         samples.push(Sample::of(format!("propose-10-request-{name}"), &proposal));

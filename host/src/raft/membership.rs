@@ -40,19 +40,28 @@ use crate::cluster::{Command, Outcome, Proposal, Response, StoreId};
 /// How often the housekeeping task tends the voters.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
 
+/// The JOIN request of node `me` of store `store`: the [`Peer`] every build reads, then the
+/// store, so that the leader can refuse a store a member of the name was removed with. A
+/// 0.2.0 leader reads the `Peer` alone (postcard reads no further than its type). So `Peer`
+/// can gain no field of its own: it would be read as this tail.
+pub(crate) fn join_request(me: &Peer, store: StoreId) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec(&(me, store))
+}
+
 /// See [`super::Control::join`].
 pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<(), ControlError> {
     let attached = shared.attached()?;
     let started = Instant::now();
     let deadline = started + shared.options.join_timeout;
-    // Its store follows, so that the leader can refuse a store whose member was removed.
-    let body = postcard::to_allocvec(&(&attached.me, shared.store))
+    let body = join_request(&attached.me, shared.store)
         .map_err(|e| ControlError::Options(format!("cannot encode the join request: {e}")))?;
     let mut wait = Duration::from_millis(100);
     // Whether the wait was said (once: the answers are the same each round).
     let mut told = false;
     loop {
         let mut failures = Vec::new();
+        // The nodes that answered that this store was removed, with what they said.
+        let mut removed: BTreeMap<String, String> = BTreeMap::new();
         // The members given, then each leader one of them names (once each).
         let mut ask: Vec<(String, String)> = via
             .iter()
@@ -92,15 +101,25 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                     leader.map_or("unknown".into(), |p| p.to_string())
                 )),
                 Ok(JoinReply::Refused(why)) => failures.push(format!("{name}: {why}")),
-                // The leader's word for good: asking again would not change it.
                 Ok(JoinReply::Removed(why)) => {
-                    return Err(ControlError::Removed {
-                        name: shared.name.clone(),
-                        why,
-                    });
+                    failures.push(format!("{name}: {why}"));
+                    removed.insert(name, why);
                 }
                 Err(e) => failures.push(format!("{name}: {e}")),
             }
+        }
+        // A store removed for good, in the word of most of the nodes asked: asking again
+        // would not change it. One node's word is not enough (any member may lie, and
+        // must not make another node exit).
+        let asked: std::collections::BTreeSet<&str> =
+            ask.iter().map(|(name, _)| name.as_str()).collect();
+        if removed.len() * 2 > asked.len()
+            && let Some((_, why)) = removed.into_iter().next()
+        {
+            return Err(ControlError::Removed {
+                name: shared.name.clone(),
+                why,
+            });
         }
         if via.iter().all(|(name, _)| *name == shared.name) {
             failures.push("no other member to ask".into());
@@ -150,36 +169,93 @@ impl Shared {
         if let Err(e) = resolve(&peer.addr).await {
             return JoinReply::Refused(format!("{}'s address: {e}", peer.name));
         }
-        if self.is_leader() {
-            if let Some(why) = store.and_then(|store| self.never_as(&peer.name, store)) {
-                self.refusals.record(Refusal::RemovedStore, from, &why);
-                return JoinReply::Removed(why);
-            }
-            return self.admit(peer).await;
+        // Any replica refuses a store that a member of the name was removed with. That
+        // record only grows, so a replica that lags can fail to say so but never says so
+        // wrongly; and the joiner stops only on the word of most of the nodes it asked.
+        if let Some(why) = store.and_then(|store| self.retired_why(&peer.name, store)) {
+            self.refusals.record(Refusal::RemovedStore, from, &why);
+            return JoinReply::Removed(why);
         }
-        JoinReply::NotLeader {
-            leader: self.leader().map(|(_, p)| p),
+        if !self.is_leader() {
+            return JoinReply::NotLeader {
+                leader: self.leader().map(|(_, p)| p),
+            };
+        }
+        // One change of the membership's names at a time (`remove_for_good` holds the
+        // same lock), decided on a replica that has applied everything committed before
+        // it: a removal under way, or committed under an earlier leader and not yet
+        // applied here, is never missed, and no join can slip in between its two steps.
+        let _one = self.renaming.lock().await;
+        if let Err(why) = self.caught_up().await {
+            return JoinReply::Refused(why);
+        }
+        let refused = match store {
+            None => self.unnamed_store(),
+            Some(store) => match self.retired_why(&peer.name, store) {
+                Some(why) => {
+                    self.refusals.record(Refusal::RemovedStore, from, &why);
+                    return JoinReply::Removed(why);
+                }
+                None => self.another_store(&peer.name, store),
+            },
+        };
+        if let Some(why) = refused {
+            self.refusals.record(Refusal::RemovedStore, from, &why);
+            return JoinReply::Refused(why);
+        }
+        self.admit(peer).await
+    }
+
+    /// What a process of store `store` is told, if a member of `name` was removed with
+    /// that store (`Cluster::retired`): admitted, it would be a member whose every
+    /// command is refused (`cluster/once.rs`).
+    fn retired_why(&self, name: &str, store: StoreId) -> Option<String> {
+        let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+        cluster
+            .is_retired(name, store)
+            .then(|| cluster.retired_why(name, store))
+    }
+
+    /// Why a process of store `store` may not join as `name` now, if the name is a
+    /// member whose recorded store is another (`Cluster::stores`): admitting it would
+    /// point the name's Raft address at a process that refuses every message meant for
+    /// the member (`service.rs`). Not for good: that member may yet be replaced.
+    fn another_store(&self, name: &str, store: StoreId) -> Option<String> {
+        let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+        match cluster.stores.get(name) {
+            Some(recorded) if *recorded != store => Some(format!(
+                "{name} is a member on another data dir (store {recorded}); this process's data dir is store {store}: two processes with one name on different data dirs. Stop one of them. If the other is gone for good and this machine is to take its place, stop the other process, empty this data dir and start this one again: it is admitted as {name}'s new member once the old member's session has ended"
+            )),
+            _ => None,
         }
     }
 
-    /// Why a process of store `store` may never join as `name`, if it may not: the
-    /// member of that name was removed with that store (`Cluster::retired`), or the name
-    /// is a member whose recorded store is another (`Cluster::stores`). Admitting it would
-    /// point the name's Raft address at a process that refuses every message meant for
-    /// the member (`service.rs`), and give a voter whose commands are all refused
-    /// (`cluster/once.rs`). A store the cluster records for no one is admitted as before.
-    fn never_as(&self, name: &str, store: StoreId) -> Option<String> {
-        let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
-        if cluster.retired.get(name) == Some(&store) {
-            return Some(format!(
-                "{name}'s member was removed from the cluster with this data dir (store {store}), by `tenure member remove {name}` or because {name} came back on a new disk; a removed member is never taken back, as in etcd. To bring this machine back as a new member: stop it, empty its data dir, and start it again (with `join` or its old `peers`)"
-            ));
-        }
-        match cluster.stores.get(name) {
-            Some(recorded) if *recorded != store => Some(format!(
-                "{name} is a member whose data dir is another (store {recorded}); this process's data dir is store {store}: two processes with one name on different data dirs. Stop this one; if the other is gone for good and this machine is to take its place, empty this data dir and start again (it is then admitted as {name}'s new member once the old member's session has ended)"
+    /// Why a JOIN that names no store is refused, if it is: from cluster version 7 every
+    /// member runs a build that names it, so one that does not is not to be trusted with
+    /// the name (its store could be a removed member's).
+    fn unnamed_store(&self) -> Option<String> {
+        let version = self
+            .cluster
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .version;
+        (version >= crate::version::ADDRESSED).then(|| {
+            format!(
+                "a join that names no store, to a cluster at version {version}: run this node on a build of the cluster's release"
+            )
+        })
+    }
+
+    /// Waits until this leader's replica has applied everything committed before the
+    /// call, leadership confirmed by a quorum (openraft's `ensure_linearizable`).
+    async fn caught_up(&self) -> Result<(), String> {
+        let bound = self.options.election_max * 4;
+        match tokio::time::timeout(bound, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("this leader could not confirm its state: {e}")),
+            Err(_) => Err(format!(
+                "this leader could not confirm its state within {bound:?}"
             )),
-            _ => None,
         }
     }
 
@@ -293,6 +369,8 @@ impl Shared {
     /// was a member until then), and `Command::Remove` is then refused: the node is put
     /// back as a learner, or it would hold a session with no replica that follows.
     pub(crate) async fn remove_for_good(&self, name: &str) -> Result<(), String> {
+        // No join of any name decided between the two steps (`serve_join`).
+        let _one = self.renaming.lock().await;
         let (member, session) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
             let member = cluster.members.get(name);

@@ -364,6 +364,9 @@ pub(crate) struct Shared {
     refusals: refusals::Refusals,
     /// Leadership rounds, one at a time and shared (`rounds.rs`).
     rounds: rounds::Rounds,
+    /// Held on the leader while a name joins or is removed for good
+    /// (`membership.rs`), so that the two never interleave.
+    renaming: tokio::sync::Mutex<()>,
     /// The store was new at open and this node has not yet formed or joined the cluster:
     /// it refuses Raft's messages (`forming.rs`).
     forming: std::sync::atomic::AtomicBool,
@@ -490,6 +493,7 @@ impl Control {
             heard: heard::Heard::new(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
+            renaming: tokio::sync::Mutex::new(()),
             forwards: forwards::Forwards::default(),
             stamps: stamps::Stamps::default(),
             forming: std::sync::atomic::AtomicBool::new(fresh),

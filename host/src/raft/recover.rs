@@ -283,7 +283,10 @@ fn forget(
     // The stores recorded are the old cluster's processes'; a restore runs on a new
     // store, and each member's is recorded again when it next opens a session. Kept,
     // the new cluster's leaders would address this node as its old store, and it would
-    // refuse them (`service.rs`).
+    // refuse them (`service.rs`). The retired stores go too: the removals just applied
+    // retired every other member's store, and those members are to come back (wiped, as
+    // the recovery runbook says, or on their old data dirs, which the new cluster id
+    // refuses anyway).
     cluster.stores.clear();
     cluster.retired.clear();
     (sessions.into_iter().map(|(n, _)| n).collect(), others)

@@ -21,6 +21,10 @@
 //! cluster records for the asker's name ([`forming::StoreInfo::yours`]), and an answer
 //! that records another store counts as one that does not list this node.
 //!
+//! A node also reads its own replica each time it looks: if it applied the removal of a
+//! member of its name with its own store (`Cluster::retired`), it stops at once. That is
+//! how a process admitted while its removal was under way learns it.
+//!
 //! Why more than half: every member holds a valid certificate and may lie; one member must
 //! not be able to make another node exit. Raft trusts a majority of its voters anyway. A
 //! node that is merely cut off gets no answers and goes on waiting; a voter the leader's
@@ -83,6 +87,16 @@ pub(crate) fn verdict(
     })
 }
 
+/// What this node is told, if its own replica says that a member of its name was removed
+/// with its store (`Cluster::retired`): its commands are all refused from then on, so it
+/// must not stay (were it a voter, or to lead, nothing it proposed would commit).
+fn own_store_retired(shared: &Shared) -> Option<String> {
+    let cluster = shared.cluster.read().unwrap_or_else(|e| e.into_inner());
+    cluster
+        .is_retired(&shared.name, shared.store)
+        .then(|| cluster.retired_why(&shared.name, shared.store))
+}
+
 /// The background task: while no leader is heard, asks whether this node was removed,
 /// and says so in `shared.removed`. Ends when `stop` turns true or the verdict is given.
 pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -93,6 +107,12 @@ pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Recei
             _ = stop.wait_for(|stop| *stop) => return,
             _ = appends.changed() => heard_at = tokio::time::Instant::now(),
             _ = tokio::time::sleep(EVERY) => {}
+        }
+        // Its own replica's word first: it applied the removal of its own store (it was
+        // admitted while that removal was under way, or a leader's replica lagged).
+        if let Some(why) = own_store_retired(&shared) {
+            shared.removed.send_replace(Some(why));
+            return;
         }
         if shared.is_leader() || shared.forming.load(std::sync::atomic::Ordering::SeqCst) {
             heard_at = tokio::time::Instant::now();
@@ -152,6 +172,7 @@ mod tests {
             members: members.iter().map(|s| s.to_string()).collect(),
             cluster: None,
             yours: None,
+            yours_removed: false,
         })
     }
 
@@ -199,6 +220,7 @@ mod tests {
             members: vec![],
             cluster: None,
             yours: None,
+            yours_removed: false,
         });
         let answers = vec![("n1".into(), gone), ("n2".into(), unformed)];
         assert_eq!(verdict("n3", MINE, VOTERS, &answers), None);

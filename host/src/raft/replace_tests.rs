@@ -2,27 +2,24 @@
 //! member on its own (issue 24, item 2): the leader removes its old member once that
 //! member's session has ended, never before (`replace.rs`).
 
-use std::collections::BTreeMap;
-
 use super::replace::{self, Asked};
-use super::tests::{Group, addressed_with_a_session, join_command};
+use super::tests::{Followed, Group, join_command};
 use crate::cluster::{Command, Response};
 use crate::transport::tests::{init_logs, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_started_with_its_old_peers_is_replaced_once_its_session_ended() {
     init_logs();
-    let mut group = Group::new();
-    let all = ["n1", "n2", "n3"];
-    group.bootstrap(&all, 3).await;
-    let leader = group.leader(&all).await;
-    let wiped = *all.iter().find(|n| **n != leader).unwrap();
-    let (old_store, session) = addressed_with_a_session(&group, &leader, wiped).await;
-    group.converge(&all).await;
-    let members: BTreeMap<String, String> = all
-        .iter()
-        .map(|n| (n.to_string(), group.node(n).addr.clone()))
-        .collect();
+    let followed = Followed::new().await;
+    let members = followed.members();
+    let Followed {
+        mut group,
+        all,
+        leader,
+        name: wiped,
+        store: old_store,
+        session,
+    } = followed;
 
     // The disk is lost; the node starts again with the same name, address and peers.
     let data_dir = group.options(wiped).data_dir.clone();

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::error::ControlError;
-use super::tests::{Group, addressed_with_a_session, join_command};
+use super::replace;
+use super::tests::{Followed, Group, end_session, join_command};
 use crate::cluster::{Command, Process, Response};
-use crate::transport::tests::init_logs;
+use crate::transport::tests::{init_logs, wait_until};
 
 /// A member removed while it was down comes back on its old data dir. Before, with
 /// `join`, it was admitted again and promoted, and every command of its store was then
@@ -19,39 +20,32 @@ use crate::transport::tests::init_logs;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_member_s_store_is_refused_for_good() {
     init_logs();
-    let mut group = Group::new();
-    let all = ["n1", "n2", "n3"];
-    group.bootstrap(&all, 3).await;
-    let leader = group.leader(&all).await;
-    let gone = *all.iter().find(|n| **n != leader).unwrap();
-    let (old_store, session) = addressed_with_a_session(&group, &leader, gone).await;
-    group.converge(&all).await;
+    let followed = Followed::new().await;
+    let Followed {
+        mut group,
+        all,
+        leader,
+        name: gone,
+        store: old_store,
+        session,
+    } = followed;
     let via = group.via(&[leader.as_str()]);
     let addr = group.node(gone).addr.clone();
     let data_dir = group.options(gone).data_dir.clone();
 
     // Down, its session ended, and removed by an operator.
     group.stop(gone).await;
-    let ended = group
-        .control(&leader)
-        .propose(Command::EndSession {
-            node: gone.to_string(),
-            session,
-            expired_in: None,
-            at_ms: 2,
-        })
-        .await;
-    assert_eq!(ended, Ok(Response::Done));
+    end_session(&group, &leader, gone, session).await;
     group.control(&leader).remove_for_good(gone).await.unwrap();
     let retired = |group: &Group| {
         let state = group.control(&leader).state();
         let cluster = state.read().unwrap();
         (
-            cluster.retired.get(gone).copied(),
+            cluster.is_retired(gone, old_store),
             cluster.stores.get(gone).copied(),
         )
     };
-    assert_eq!(retired(&group), (Some(old_store), None));
+    assert_eq!(retired(&group), (true, None));
 
     // Back on its old data dir, with `join`: refused for good, never admitted.
     let options = group.options(gone);
@@ -93,7 +87,7 @@ async fn a_removed_member_s_store_is_refused_for_good() {
         })
         .await;
     assert!(matches!(opened, Ok(Response::Session(_))), "{opened:?}");
-    assert_eq!(retired(&group), (Some(old_store), Some(new_store)));
+    assert_eq!(retired(&group), (true, Some(new_store)));
     group.converge(&all).await;
 
     // The old process again, elsewhere (a machine that was only paused comes back), while
@@ -139,4 +133,94 @@ fn new_node_listed_at(group: &Group, leader: &str, name: &str, addr: &str) -> bo
         .membership()
         .get_node(&super::types::node_id(name))
         .is_some_and(|peer| peer.addr == addr)
+}
+
+/// A process admitted while its own removal was under way (or by a leader whose replica
+/// had not applied it) is a Raft member whose every command is refused: once its own
+/// replica applies the removal of its store, it stops, rather than stay a member (a voter,
+/// perhaps the leader) through which nothing commits. Made here by committing the removal
+/// while the member is still in the Raft membership, the order `remove_for_good` avoids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_applies_the_removal_of_its_own_store_stops() {
+    init_logs();
+    let followed = Followed::new().await;
+    let Followed {
+        group,
+        all: _,
+        leader,
+        name: gone,
+        store: _,
+        session,
+    } = followed;
+    end_session(&group, &leader, gone, session).await;
+    let removed = group
+        .control(&leader)
+        .propose_here(Command::Remove {
+            node: gone.to_string(),
+            at_ms: 3,
+        })
+        .await;
+    assert_eq!(removed, Ok(Response::Done));
+    let why = tokio::time::timeout(Duration::from_secs(30), group.control(gone).failed())
+        .await
+        .expect("the node went on as a member whose commands are all refused");
+    assert!(
+        why.contains(&format!(
+            "{gone}'s member was removed from the cluster with this data dir"
+        )),
+        "{why}"
+    );
+    group.shutdown().await;
+}
+
+/// A node whose old member was replaced (`replace.rs`) and that stopped before it had
+/// joined as the new member finds, at its next start, a cluster formed without it. With
+/// `peers` it refused to start as "not an initial member"; the cluster now says that it
+/// removed the name's old member with its store, and the node joins as a new member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_node_that_stopped_before_it_joined_rejoins_with_its_peers() {
+    init_logs();
+    let followed = Followed::new().await;
+    let members = followed.members();
+    let Followed {
+        mut group,
+        all,
+        leader,
+        name: wiped,
+        store: _,
+        session,
+    } = followed;
+    let addr = group.node(wiped).addr.clone();
+    let data_dir = group.options(wiped).data_dir.clone();
+    group.stop(wiped).await;
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    end_session(&group, &leader, wiped, session).await;
+
+    // Started on a new disk, it has its old member removed, and stops before it joins.
+    let options = group.options(wiped);
+    group.start_at(wiped, options, &addr).await;
+    let shared = group.control(wiped).shared.clone();
+    let attached = shared.attached().unwrap();
+    let asked = replace::ask(&shared, &attached, &group.via(&[leader.as_str()])).await;
+    assert!(
+        matches!(asked, replace::Asked::Replaced { .. }),
+        "{asked:?}"
+    );
+    drop((shared, attached));
+    group.stop(wiped).await;
+
+    // Its next start, with the same `peers`.
+    let options = group.options(wiped);
+    group.start_at(wiped, options, &addr).await;
+    let started = group.control(wiped).bootstrap(&members).await;
+    assert!(started.is_ok(), "{started:?}");
+    wait_until("the node to be a voter again", || {
+        group
+            .control(&leader)
+            .member_list()
+            .is_some_and(|list| list.members.iter().any(|m| m.name == wiped && m.voter))
+    })
+    .await;
+    group.converge(&all).await;
+    group.shutdown().await;
 }

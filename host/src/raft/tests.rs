@@ -257,6 +257,61 @@ pub(super) async fn addressed_with_a_session(
     (store, session)
 }
 
+/// The start of the tests of removed and replaced members: three voters, n1 to n3, at
+/// cluster version 7, and a follower whose session records its store.
+pub(super) struct Followed {
+    pub(super) group: Group,
+    pub(super) all: [&'static str; 3],
+    pub(super) leader: String,
+    /// The follower with the session.
+    pub(super) name: &'static str,
+    pub(super) store: crate::cluster::StoreId,
+    pub(super) session: u64,
+}
+
+impl Followed {
+    pub(super) async fn new() -> Followed {
+        let mut group = Group::new();
+        let all = ["n1", "n2", "n3"];
+        group.bootstrap(&all, 3).await;
+        let leader = group.leader(&all).await;
+        let name = *all.iter().find(|n| **n != leader).unwrap();
+        let (store, session) = addressed_with_a_session(&group, &leader, name).await;
+        group.converge(&all).await;
+        Followed {
+            group,
+            all,
+            leader,
+            name,
+            store,
+            session,
+        }
+    }
+
+    /// The `peers` of every node: names and addresses.
+    pub(super) fn members(&self) -> BTreeMap<String, String> {
+        self.all
+            .iter()
+            .map(|n| (n.to_string(), self.group.node(n).addr.clone()))
+            .collect()
+    }
+}
+
+/// Ends `name`'s session `session` through `leader`, as the leader does once the
+/// session's process has stopped renewing.
+pub(super) async fn end_session(group: &Group, leader: &str, name: &str, session: u64) {
+    let ended = group
+        .control(leader)
+        .propose(Command::EndSession {
+            node: name.to_string(),
+            session,
+            expired_in: None,
+            at_ms: 2,
+        })
+        .await;
+    assert_eq!(ended, Ok(Response::Done));
+}
+
 pub(super) fn join_command(node: &str) -> Command {
     Command::Join {
         node: node.into(),
