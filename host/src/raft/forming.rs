@@ -451,7 +451,7 @@ pub(crate) async fn decide(
                     event = crate::events::CLUSTER_WAITING,
                     by = %by.join(", "),
                     store = %shared.store,
-                    "{} removed this node's old member (its data dir was lost): it joins as a new member",
+                    "{} removed this node's old member with its store (it was replaced, or removed by an operator), and this node's store is new: it joins as a new member",
                     by.join(", ")
                 );
                 replaced = true;

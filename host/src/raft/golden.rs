@@ -243,7 +243,10 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
         ),
         Sample::of(
             "join-11-answer-removed",
-            &JoinReply::Removed("n3's member was removed with this data dir".into()),
+            &JoinReply::Removed {
+                why: "n3's member was removed with this data dir".into(),
+                leader: Some(Peer::new("n1", "10.0.0.1:7400")),
+            },
         ),
     ];
     samples.push(Sample::of(

@@ -140,8 +140,10 @@ pub enum JoinReply {
     NotLeader { leader: Option<Peer> },
     /// Refused (e.g. a node asking for another's name), or Raft failed.
     Refused(String),
-    /// Never with this store: the member of the name was removed with it, or the name is
-    /// a member on another store (`membership.rs`). The node stops; `why` says what to
-    /// do. Only answered to a JOIN that named its store, so never to a 0.2.0 node.
-    Removed(String),
+    /// Never with this store: a member of the name was removed with it
+    /// (`membership.rs`); `why` says what to do, and `leader` is the leader the answering
+    /// node knows of, for the joiner to ask too (it stops only when most of the nodes it
+    /// asked say so). Only answered to a JOIN that named its store, so never to a 0.2.0
+    /// node.
+    Removed { why: String, leader: Option<Peer> },
 }

@@ -101,9 +101,16 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
                     leader.map_or("unknown".into(), |p| p.to_string())
                 )),
                 Ok(JoinReply::Refused(why)) => failures.push(format!("{name}: {why}")),
-                Ok(JoinReply::Removed(why)) => {
+                Ok(JoinReply::Removed { why, leader }) => {
                     failures.push(format!("{name}: {why}"));
                     removed.insert(name, why);
+                    // The leader it names is asked too: one node's word is not enough.
+                    if let Some(leader) = leader
+                        && leader.name != shared.name
+                        && !ask.iter().any(|(asked, _)| *asked == leader.name)
+                    {
+                        ask.push((leader.name, leader.addr));
+                    }
                 }
                 Err(e) => failures.push(format!("{name}: {e}")),
             }
@@ -169,38 +176,54 @@ impl Shared {
         if let Err(e) = resolve(&peer.addr).await {
             return JoinReply::Refused(format!("{}'s address: {e}", peer.name));
         }
-        // Any replica refuses a store that a member of the name was removed with. That
-        // record only grows, so a replica that lags can fail to say so but never says so
-        // wrongly; and the joiner stops only on the word of most of the nodes it asked.
-        if let Some(why) = store.and_then(|store| self.retired_why(&peer.name, store)) {
+        // Any replica refuses a store that a member of the name was removed with, and
+        // names the leader, so that the joiner asks it too. That record only grows, so a
+        // replica that lags can fail to say so but never says so wrongly; and the joiner
+        // stops only on the word of most of the nodes it asked.
+        if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
             self.refusals.record(Refusal::RemovedStore, from, &why);
-            return JoinReply::Removed(why);
+            return JoinReply::Removed {
+                why,
+                leader: self.leader().map(|(_, p)| p),
+            };
         }
         if !self.is_leader() {
             return JoinReply::NotLeader {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        // One change of the membership's names at a time (`remove_for_good` holds the
-        // same lock), decided on a replica that has applied everything committed before
-        // it: a removal under way, or committed under an earlier leader and not yet
-        // applied here, is never missed, and no join can slip in between its two steps.
-        let _one = self.renaming.lock().await;
-        if let Err(why) = self.caught_up().await {
-            return JoinReply::Refused(why);
-        }
-        let refused = match store {
-            None => self.unnamed_store(),
-            Some(store) => match self.retired_why(&peer.name, store) {
-                Some(why) => {
-                    self.refusals.record(Refusal::RemovedStore, from, &why);
-                    return JoinReply::Removed(why);
-                }
-                None => self.another_store(&peer.name, store),
-            },
+        let seated = self
+            .metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&peer.id())
+            .is_some();
+        // A name that holds a seat was not removed (a removal takes the seat first), and
+        // its join is at most an address change, which needs no round: a voter that moved
+        // may be the quorum's missing answer. A name without one is admitted only with
+        // its removal settled: under the lock `remove_for_good` holds through its two
+        // steps, on a replica that has applied everything committed before (a removal
+        // committed under an earlier leader, and not yet applied here, is never missed).
+        let _one = if seated {
+            None
+        } else {
+            let one = self.renaming.clone().lock_owned().await;
+            if let Err(e) = self.ensure_leadership().await {
+                return match e {
+                    ControlError::NotLeader(_) => JoinReply::NotLeader {
+                        leader: self.leader().map(|(_, p)| p),
+                    },
+                    other => JoinReply::Refused(other.to_string()),
+                };
+            }
+            if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
+                self.refusals.record(Refusal::RemovedStore, from, &why);
+                return JoinReply::Removed { why, leader: None };
+            }
+            Some(one)
         };
-        if let Some(why) = refused {
-            self.refusals.record(Refusal::RemovedStore, from, &why);
+        if let Some(why) = store.and_then(|store| self.another_store(&peer.name, store)) {
             return JoinReply::Refused(why);
         }
         self.admit(peer).await
@@ -208,8 +231,8 @@ impl Shared {
 
     /// What a process of store `store` is told, if a member of `name` was removed with
     /// that store (`Cluster::retired`): admitted, it would be a member whose every
-    /// command is refused (`cluster/once.rs`).
-    fn retired_why(&self, name: &str, store: StoreId) -> Option<String> {
+    /// numbered command is refused (`cluster/once.rs`).
+    fn removed_with(&self, name: &str, store: StoreId) -> Option<String> {
         let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
         cluster
             .is_retired(name, store)
@@ -227,35 +250,6 @@ impl Shared {
                 "{name} is a member on another data dir (store {recorded}); this process's data dir is store {store}: two processes with one name on different data dirs. Stop one of them. If the other is gone for good and this machine is to take its place, stop the other process, empty this data dir and start this one again: it is admitted as {name}'s new member once the old member's session has ended"
             )),
             _ => None,
-        }
-    }
-
-    /// Why a JOIN that names no store is refused, if it is: from cluster version 7 every
-    /// member runs a build that names it, so one that does not is not to be trusted with
-    /// the name (its store could be a removed member's).
-    fn unnamed_store(&self) -> Option<String> {
-        let version = self
-            .cluster
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .version;
-        (version >= crate::version::ADDRESSED).then(|| {
-            format!(
-                "a join that names no store, to a cluster at version {version}: run this node on a build of the cluster's release"
-            )
-        })
-    }
-
-    /// Waits until this leader's replica has applied everything committed before the
-    /// call, leadership confirmed by a quorum (openraft's `ensure_linearizable`).
-    async fn caught_up(&self) -> Result<(), String> {
-        let bound = self.options.election_max * 4;
-        match tokio::time::timeout(bound, self.raft.ensure_linearizable()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("this leader could not confirm its state: {e}")),
-            Err(_) => Err(format!(
-                "this leader could not confirm its state within {bound:?}"
-            )),
         }
     }
 
@@ -368,9 +362,27 @@ impl Shared {
     /// run). A session can still open between that check and the Raft removal (the node
     /// was a member until then), and `Command::Remove` is then refused: the node is put
     /// back as a learner, or it would hold a session with no replica that follows.
-    pub(crate) async fn remove_for_good(&self, name: &str) -> Result<(), String> {
-        // No join of any name decided between the two steps (`serve_join`).
-        let _one = self.renaming.lock().await;
+    ///
+    /// No join of a name without a seat is decided between the two steps (`serve_join`
+    /// takes the same lock), and the steps run in a task of their own: a caller that
+    /// gives up (a request's handler is dropped at the transport's request timeout) does
+    /// not leave the member out of Raft but still a member, with the lock free. A leader
+    /// that loses its leadership between the steps does: the next `member remove` or
+    /// replacement finishes the removal.
+    pub(crate) async fn remove_for_good(self: &Arc<Self>, name: &str) -> Result<(), String> {
+        let one = self.renaming.clone().lock_owned().await;
+        let (shared, name) = (self.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let removed = shared.remove_now(&name).await;
+            drop(one);
+            removed
+        })
+        .await
+        .map_err(|e| format!("the removal stopped: {e}"))?
+    }
+
+    /// [`Shared::remove_for_good`]'s two steps.
+    async fn remove_now(&self, name: &str) -> Result<(), String> {
         let (member, session) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
             let member = cluster.members.get(name);

@@ -366,7 +366,7 @@ pub(crate) struct Shared {
     rounds: rounds::Rounds,
     /// Held on the leader while a name joins or is removed for good
     /// (`membership.rs`), so that the two never interleave.
-    renaming: tokio::sync::Mutex<()>,
+    renaming: Arc<tokio::sync::Mutex<()>>,
     /// The store was new at open and this node has not yet formed or joined the cluster:
     /// it refuses Raft's messages (`forming.rs`).
     forming: std::sync::atomic::AtomicBool,
@@ -493,7 +493,7 @@ impl Control {
             heard: heard::Heard::new(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
-            renaming: tokio::sync::Mutex::new(()),
+            renaming: Arc::new(tokio::sync::Mutex::new(())),
             forwards: forwards::Forwards::default(),
             stamps: stamps::Stamps::default(),
             forming: std::sync::atomic::AtomicBool::new(fresh),
@@ -880,75 +880,12 @@ impl Control {
     /// committed before it. A partitioned or deposed leader gets an error. Concurrent
     /// callers share rounds, one in flight at a time (`rounds.rs`).
     pub async fn ensure_leadership(&self) -> Result<(), ControlError> {
-        let called = Instant::now();
-        self.shared.rounds.confirm(called, self.round()).await
+        self.shared.ensure_leadership().await
     }
 
     /// How many leadership rounds [`Control::ensure_leadership`] has run.
     pub fn leadership_rounds(&self) -> u64 {
         self.shared.rounds.run()
-    }
-
-    /// One heartbeat round to a quorum, then the wait until this node's state has
-    /// applied what was committed before it, bounded in time together. A slow one is
-    /// reported with its two parts (`control.slow_round`): a renewal waits for it, so it
-    /// is the first thing to look at when leases are lost under load.
-    async fn round(&self) -> Result<(), ControlError> {
-        let bound = self.shared.options.election_max * 4;
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::from_std(started + bound);
-        let late = || {
-            ControlError::NotLeader(format!(
-                "no quorum confirmed the leadership within {bound:?}"
-            ))
-        };
-        let (read, applied) =
-            match tokio::time::timeout_at(deadline, self.shared.raft.get_read_log_id()).await {
-                Ok(Ok(ids)) => ids,
-                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                    return Err(ControlError::NotLeader(match f.leader_node {
-                        Some(peer) => format!("the leader is {peer}"),
-                        None => "no leader is known".into(),
-                    }));
-                }
-                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
-                    // Its Display carries openraft's Debug of the membership (issue 28).
-                    return Err(ControlError::NotLeader(format!(
-                        "no quorum of voters answered the leadership round ({} answered)",
-                        q.got.len()
-                    )));
-                }
-                Ok(Err(OpenRaftError::Fatal(f))) => {
-                    return Err(ControlError::Stopped(f.to_string()));
-                }
-                Err(_) => return Err(late()),
-            };
-        let heard = started.elapsed();
-        let (read, applied) = (read.map_or(0, |l| l.index), applied.map_or(0, |l| l.index));
-        if read > applied {
-            let wait = self.shared.raft.wait(None);
-            let waiting = wait.applied_index_at_least(Some(read), "leadership round");
-            match tokio::time::timeout_at(deadline, waiting).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(_)) => return Err(ControlError::Stopped("raft is shutting down".into())),
-                Err(_) => return Err(late()),
-            }
-        }
-        let took = started.elapsed();
-        if took >= self.shared.options.election_max {
-            tracing::info!(
-                event = crate::events::CONTROL_SLOW_ROUND,
-                quorum_ms = heard.as_millis() as u64,
-                apply_ms = (took - heard).as_millis() as u64,
-                entries_behind = read.saturating_sub(applied),
-                "a leadership round took {} ms: {} ms for a quorum to answer, {} ms to apply {} committed entries",
-                took.as_millis(),
-                heard.as_millis(),
-                (took - heard).as_millis(),
-                read.saturating_sub(applied)
-            );
-        }
-        Ok(())
     }
 
     /// Stops Raft and the background tasks, detaches the RPC endpoint and waits (up to
@@ -980,6 +917,74 @@ impl Control {
 }
 
 impl Shared {
+    /// See [`Control::ensure_leadership`].
+    pub(crate) async fn ensure_leadership(&self) -> Result<(), ControlError> {
+        let called = Instant::now();
+        self.rounds.confirm(called, self.round()).await
+    }
+
+    /// One heartbeat round to a quorum, then the wait until this node's state has
+    /// applied what was committed before it, bounded in time together. A slow one is
+    /// reported with its two parts (`control.slow_round`): a renewal waits for it, so it
+    /// is the first thing to look at when leases are lost under load.
+    async fn round(&self) -> Result<(), ControlError> {
+        let bound = self.options.election_max * 4;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + bound);
+        let late = || {
+            ControlError::NotLeader(format!(
+                "no quorum confirmed the leadership within {bound:?}"
+            ))
+        };
+        let (read, applied) =
+            match tokio::time::timeout_at(deadline, self.raft.get_read_log_id()).await {
+                Ok(Ok(ids)) => ids,
+                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                    return Err(ControlError::NotLeader(match f.leader_node {
+                        Some(peer) => format!("the leader is {peer}"),
+                        None => "no leader is known".into(),
+                    }));
+                }
+                Ok(Err(OpenRaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))) => {
+                    // Its Display carries openraft's Debug of the membership (issue 28).
+                    return Err(ControlError::NotLeader(format!(
+                        "no quorum of voters answered the leadership round ({} answered)",
+                        q.got.len()
+                    )));
+                }
+                Ok(Err(OpenRaftError::Fatal(f))) => {
+                    return Err(ControlError::Stopped(f.to_string()));
+                }
+                Err(_) => return Err(late()),
+            };
+        let heard = started.elapsed();
+        let (read, applied) = (read.map_or(0, |l| l.index), applied.map_or(0, |l| l.index));
+        if read > applied {
+            let wait = self.raft.wait(None);
+            let waiting = wait.applied_index_at_least(Some(read), "leadership round");
+            match tokio::time::timeout_at(deadline, waiting).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => return Err(ControlError::Stopped("raft is shutting down".into())),
+                Err(_) => return Err(late()),
+            }
+        }
+        let took = started.elapsed();
+        if took >= self.options.election_max {
+            tracing::info!(
+                event = crate::events::CONTROL_SLOW_ROUND,
+                quorum_ms = heard.as_millis() as u64,
+                apply_ms = (took - heard).as_millis() as u64,
+                entries_behind = read.saturating_sub(applied),
+                "a leadership round took {} ms: {} ms for a quorum to answer, {} ms to apply {} committed entries",
+                took.as_millis(),
+                heard.as_millis(),
+                (took - heard).as_millis(),
+                read.saturating_sub(applied)
+            );
+        }
+        Ok(())
+    }
+
     /// The attached endpoint.
     fn attached(&self) -> Result<Attached, ControlError> {
         self.endpoint.get().ok_or(ControlError::NotAttached)

@@ -224,3 +224,33 @@ async fn a_replaced_node_that_stopped_before_it_joined_rejoins_with_its_peers() 
     group.converge(&all).await;
     group.shutdown().await;
 }
+
+/// A voter that comes back at a new address while another voter is down joins again (an
+/// address change). The leader's quorum needs it, so nothing may wait for a round first:
+/// its old address no longer answers (a first version of the rule above waited for one,
+/// and the join failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_that_moved_rejoins_while_another_voter_is_down() {
+    init_logs();
+    let Followed {
+        mut group,
+        all,
+        leader,
+        name: moved,
+        ..
+    } = Followed::new().await;
+    let down = *all.iter().find(|n| **n != leader && **n != moved).unwrap();
+    group.stop(down).await;
+    group.stop(moved).await;
+    let options = group.options(moved);
+    group.start(moved, options).await;
+    let joined = tokio::time::timeout(
+        Duration::from_secs(60),
+        group.control(moved).join(&group.via(&[leader.as_str()])),
+    )
+    .await
+    .expect("the join hung");
+    assert!(joined.is_ok(), "{joined:?}");
+    group.converge(&[leader.as_str(), moved]).await;
+    group.shutdown().await;
+}
