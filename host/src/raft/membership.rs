@@ -192,41 +192,43 @@ impl Shared {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        let seated = self
-            .metrics
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&peer.id())
-            .is_some();
-        // A name that holds a seat was not removed (a removal takes the seat first), and
-        // its join is at most an address change, which needs no round: a voter that moved
-        // may be the quorum's missing answer. A name without one is admitted only with
-        // its removal settled: under the lock `remove_for_good` holds through its two
-        // steps, on a replica that has applied everything committed before (a removal
-        // committed under an earlier leader, and not yet applied here, is never missed).
-        let _one = if seated {
-            None
-        } else {
-            let one = self.renaming.clone().lock_owned().await;
-            if let Err(e) = self.ensure_leadership().await {
-                return match e {
-                    ControlError::NotLeader(_) => JoinReply::NotLeader {
-                        leader: self.leader().map(|(_, p)| p),
-                    },
-                    other => JoinReply::Refused(other.to_string()),
-                };
-            }
-            if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
-                self.refusals.record(Refusal::RemovedStore, from, &why);
-                return JoinReply::Removed { why, leader: None };
-            }
-            Some(one)
-        };
+        // Every join is decided under the lock `remove_for_good` holds through its two
+        // steps, so none lands in the middle of a removal, and on a replica that holds
+        // every removal committed before it: a removal of this name's seat comes before
+        // any later seat of the name in the log (it is committed under the lock too), so
+        // a replica that has applied the entry that gave the name its seat has applied
+        // that removal. Otherwise a leadership round waits until the replica has applied
+        // everything committed (a removal committed under an earlier leader, not yet
+        // applied here, is never missed). The round is skipped only in the first case: a
+        // voter that moved may be the quorum's missing answer.
+        let _one = self.renaming.clone().lock_owned().await;
+        if !self.seat_settled(&peer)
+            && let Err(e) = self.ensure_leadership().await
+        {
+            return match e {
+                ControlError::NotLeader(_) => JoinReply::NotLeader {
+                    leader: self.leader().map(|(_, p)| p),
+                },
+                other => JoinReply::Refused(other.to_string()),
+            };
+        }
+        if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
+            self.refusals.record(Refusal::RemovedStore, from, &why);
+            return JoinReply::Removed { why, leader: None };
+        }
         if let Some(why) = store.and_then(|store| self.another_store(&peer.name, store)) {
             return JoinReply::Refused(why);
         }
         self.admit(peer).await
+    }
+
+    /// Whether `peer`'s name holds a seat in the leader's Raft membership, and its
+    /// replica has applied the membership entry that holds it (see `serve_join`).
+    fn seat_settled(&self, peer: &Peer) -> bool {
+        let metrics = self.metrics.borrow();
+        let membership = &metrics.membership_config;
+        membership.membership().get_node(&peer.id()).is_some()
+            && metrics.last_applied.map(|id| id.index) >= membership.log_id().map(|id| id.index)
     }
 
     /// What a process of store `store` is told, if a member of `name` was removed with
@@ -375,6 +377,10 @@ impl Shared {
         tokio::spawn(async move {
             let removed = shared.remove_now(&name).await;
             drop(one);
+            // Said here too: the caller may have given up.
+            if let Err(why) = &removed {
+                tracing::warn!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, error = %why, "removing {name} did not complete: {why}");
+            }
             removed
         })
         .await
@@ -423,10 +429,21 @@ impl Shared {
             Ok(Outcome::One(Response::Refused(why))) => {
                 if let Some(peer) = seat {
                     let id = super::types::node_id(name);
-                    if let Err(e) = self.raft.add_learner(id, peer, false).await {
-                        return Err(format!(
-                            "{why}; and {name} could not be put back as a learner: {e}"
-                        ));
+                    // Bounded: the lock is held meanwhile.
+                    let bound = self.options.join_catch_up;
+                    match tokio::time::timeout(bound, self.raft.add_learner(id, peer, false)).await
+                    {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            return Err(format!(
+                                "{why}; and {name} could not be put back as a learner: {e}"
+                            ));
+                        }
+                        Err(_) => {
+                            return Err(format!(
+                                "{why}; and putting {name} back as a learner did not commit within {bound:?}"
+                            ));
+                        }
                     }
                     tracing::info!(event = crate::events::CLUSTER_MEMBERSHIP, peer = %name, "put {name} back as a learner: it opened a session while it was being removed");
                 }

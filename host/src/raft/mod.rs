@@ -883,7 +883,8 @@ impl Control {
         self.shared.ensure_leadership().await
     }
 
-    /// How many leadership rounds [`Control::ensure_leadership`] has run.
+    /// How many leadership rounds have run ([`Control::ensure_leadership`]'s, renewals',
+    /// and those a join waits for: `membership.rs`).
     pub fn leadership_rounds(&self) -> u64 {
         self.shared.rounds.run()
     }
