@@ -45,6 +45,17 @@ pub enum ControlError {
     /// with this store (or runs on another): `why`, with what to do.
     #[error("node {name} may not join with this data dir: {why}")]
     Removed { name: String, why: String },
+    /// Two initial members were given different `peers`.
+    #[error(
+        "node {name} was started with peers [{}], and {by} with [{}]: every initial member must be given the same `peers` (the same names), as with etcd's initial cluster. Nothing was formed or changed: give every initial member the same list and start them again",
+        mine.join(", "), theirs.join(", ")
+    )]
+    PeersDiffer {
+        name: String,
+        mine: Vec<String>,
+        by: String,
+        theirs: Vec<String>,
+    },
     /// A node with `peers` and a new store found the cluster formed without it.
     #[error(
         "the cluster of {by} was formed without node {name}, so {name} cannot form it with them: start {name} with `join = [\"NAME@HOST:PORT\", ...]` (the members) instead of `peers`",
@@ -92,6 +103,7 @@ impl ControlError {
             | ControlError::Format(_)
             | ControlError::Forgot { .. }
             | ControlError::Removed { .. }
+            | ControlError::PeersDiffer { .. }
             | ControlError::NotInitial { .. }
             | ControlError::TwoClusters { .. }
             | ControlError::Start(_)

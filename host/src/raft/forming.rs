@@ -29,6 +29,9 @@
 //!   node was committed by a majority, and any majority that answers contains one of its
 //!   nodes; a majority is also what forming needs anyway (an initial member that is down
 //!   does not hold the others back, as with etcd's initial cluster).
+//! - Initial members given different `peers`: an answer of a node that has not formed a
+//!   cluster names the initial members it was given, and a node given other names
+//!   refuses to start, naming both lists (etcd's initial-cluster check).
 //! - Answers of two clusters (their ids differ, `cluster/identity.rs`): the list names
 //!   nodes of more than one cluster, and the node refuses to start, naming each.
 //! - With `join`: once one member of a formed cluster has answered and none knows it (in
@@ -87,6 +90,11 @@ pub struct StoreInfo {
     /// member, even with `peers`. After the struct on the wire, as [`StoreInfo::yours`].
     #[serde(skip)]
     pub yours_removed: bool,
+    /// The names of the initial members the answering node was started with (its
+    /// `peers`, sorted), while it has not formed or joined a cluster; empty otherwise.
+    /// After the struct on the wire, as [`StoreInfo::yours`].
+    #[serde(skip)]
+    pub peers: Vec<String>,
 }
 
 /// What follows [`StoreInfo`] in an answer from this build on: what the answering
@@ -96,6 +104,8 @@ pub struct StoreInfo {
 pub(crate) struct AboutYou {
     pub(crate) recorded: Option<StoreId>,
     pub(crate) removed: bool,
+    /// [`StoreInfo::peers`].
+    pub(crate) peers: Vec<String>,
 }
 
 /// Whether this node is still deciding, and so refuses Raft's messages.
@@ -128,13 +138,19 @@ impl Shared {
                 cluster.retired.contains_key(from),
             )
         };
+        let formed = !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst);
+        let peers = match self.initial_peers.get() {
+            Some(peers) if !formed => peers.clone(),
+            _ => Vec::new(),
+        };
         StoreInfo {
-            formed: !raft_members.is_empty() && !self.forming.load(Ordering::SeqCst),
+            formed,
             raft_members,
             members,
             cluster: self.cluster_id.get().copied(),
             yours,
             yours_removed,
+            peers,
         }
     }
 }
@@ -164,6 +180,22 @@ pub(crate) enum Verdict {
     Rejoin { by: Vec<String> },
     /// The nodes asked belong to more than one cluster: each id with who answered it.
     TwoClusters(BTreeMap<ClusterId, Vec<String>>),
+}
+
+/// The first node asked that has not formed a cluster and was started with other
+/// initial members than `mine` (both sorted names), with its list. Two such nodes would
+/// each form a cluster of their own list; neither may form one (etcd refuses a member
+/// whose initial cluster differs, too). A formed node's list is checked by the rule
+/// below instead: it must list this node.
+pub(crate) fn peers_differ(
+    mine: &[String],
+    answers: &[(String, Option<StoreInfo>)],
+) -> Option<(String, Vec<String>)> {
+    answers.iter().find_map(|(name, answer)| {
+        let answer = answer.as_ref()?;
+        (!answer.formed && !answer.peers.is_empty() && answer.peers != mine)
+            .then(|| (name.clone(), answer.peers.clone()))
+    })
 }
 
 /// The rule of the module doc, over the answers (`None`: no answer) of the nodes asked.
@@ -205,9 +237,15 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
         }
         return Verdict::Forgot { by: knows_me };
     }
+    // With `peers`, a node that has formed nothing and was given no initial members yet
+    // (it has not begun to start as one) says nothing either: its list is not known, and
+    // two lists must agree before either forms (`peers_differ`).
     let silent: Vec<String> = answers
         .iter()
-        .filter(|(_, a)| a.is_none())
+        .filter(|(_, a)| match a {
+            None => true,
+            Some(a) => !joining && !a.formed && a.peers.is_empty(),
+        })
         .map(|(name, _)| name.clone())
         .collect();
     if joining {
@@ -289,6 +327,7 @@ async fn asked(attached: &Attached, name: &str, addr: &str) -> Result<StoreInfo,
         Some(about) => StoreInfo {
             yours: about.recorded,
             yours_removed: about.removed,
+            peers: about.peers,
             ..info
         },
         None => info,
@@ -301,6 +340,7 @@ impl StoreInfo {
         let about = AboutYou {
             recorded: self.yours,
             removed: self.yours_removed,
+            peers: self.peers.clone(),
         };
         postcard::to_allocvec(&(self, about))
     }
@@ -363,6 +403,17 @@ pub(crate) async fn decide(
                 Err(NoAnswer::Silent) => None,
             };
             answers.push((name.clone(), answer));
+        }
+        if !joining
+            && let Some(mine) = shared.initial_peers.get()
+            && let Some((by, theirs)) = peers_differ(mine, &answers)
+        {
+            return Err(ControlError::PeersDiffer {
+                name: shared.name.clone(),
+                mine: mine.clone(),
+                by,
+                theirs,
+            });
         }
         match verdict(&shared.name, joining, &answers) {
             Verdict::Go => {
@@ -481,6 +532,7 @@ mod tests {
             cluster: None,
             yours: None,
             yours_removed: false,
+            peers: Vec::new(),
         })
     }
 
@@ -542,8 +594,18 @@ mod tests {
 
     #[test]
     fn initial_members_form_only_once_a_majority_answered() {
-        let fresh = info(false, &[], &[]);
+        // A fresh initial member says which initial members it was given.
+        let fresh = info(false, &[], &[]).map(|a| StoreInfo {
+            peers: vec!["n1".into(), "n2".into(), "n3".into()],
+            ..a
+        });
         let a = answers(vec![("n1", None), ("n3", None)]);
+        assert_eq!(
+            verdict("n2", false, &a),
+            Verdict::Wait(vec!["n1".into(), "n3".into()])
+        );
+        // One that was given none yet (it has not begun to start as one) says nothing.
+        let a = answers(vec![("n1", info(false, &[], &[])), ("n3", None)]);
         assert_eq!(
             verdict("n2", false, &a),
             Verdict::Wait(vec!["n1".into(), "n3".into()])
@@ -608,6 +670,7 @@ mod tests {
     fn a_node_whose_old_member_the_cluster_removed_rejoins_with_its_peers() {
         let removed = info(true, &["n1", "n3"], &["n1", "n3"]).map(|a| StoreInfo {
             yours_removed: true,
+            peers: Vec::new(),
             ..a
         });
         let a = answers(vec![("n1", removed.clone()), ("n3", removed.clone())]);
@@ -629,6 +692,33 @@ mod tests {
         ));
     }
 
+    /// Initial members given other names are found in their answers; a formed node, or
+    /// one given no list yet, is not compared.
+    #[test]
+    fn initial_members_given_other_peers_are_found() {
+        let mine: Vec<String> = vec!["n1".into(), "n2".into(), "n3".into()];
+        let with = |formed: bool, peers: &[&str]| {
+            info(formed, &[], &[]).map(|a| StoreInfo {
+                peers: peers.iter().map(|p| p.to_string()).collect(),
+                ..a
+            })
+        };
+        let a = answers(vec![
+            ("n2", with(false, &["n1", "n2", "n3"])),
+            ("n3", with(false, &["n1", "n3", "n4"])),
+        ]);
+        assert_eq!(
+            peers_differ(&mine, &a),
+            Some(("n3".into(), vec!["n1".into(), "n3".into(), "n4".into()]))
+        );
+        let a = answers(vec![
+            ("n2", with(false, &[])),
+            ("n3", with(true, &["n1", "n3", "n4"])),
+            ("n4", None),
+        ]);
+        assert_eq!(peers_differ(&mine, &a), None);
+    }
+
     /// The tails of this build's STORE_INFO answer and JOIN request are read by 0.2.0 as
     /// the message it knows, and their absence in 0.2.0's reads as nothing said.
     #[test]
@@ -636,6 +726,7 @@ mod tests {
         let info = StoreInfo {
             yours: Some(StoreId::from_bytes([7; 16])),
             yours_removed: true,
+            peers: Vec::new(),
             ..info(true, &["n1"], &["n1"]).unwrap()
         };
         let bytes = info.encode().unwrap();
@@ -645,6 +736,7 @@ mod tests {
             StoreInfo {
                 yours: None,
                 yours_removed: false,
+                peers: Vec::new(),
                 ..info.clone()
             }
         );

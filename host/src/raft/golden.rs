@@ -282,6 +282,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
             yours: None,
             yours_removed: false,
+            peers: Vec::new(),
         },
     ));
     // From this build on, what the cluster records of the asker's name follows.
@@ -292,6 +293,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
         cluster: Some(crate::cluster::ClusterId::from_bytes([0x5a; 16])),
         yours: Some(crate::cluster::StoreId::from_bytes([0x5e; 16])),
         yours_removed: true,
+        peers: Vec::new(),
     };
     samples.push(Sample::of(
         "store-info-12-answer-with-yours",
@@ -300,6 +302,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             super::forming::AboutYou {
                 recorded: with_yours.yours,
                 removed: with_yours.yours_removed,
+                peers: vec!["n1".into(), "n2".into(), "n3".into()],
             },
         ),
     ));

@@ -86,6 +86,8 @@ mod decode_proptests;
 #[cfg(test)]
 mod format_tests;
 #[cfg(test)]
+mod forming_tests;
+#[cfg(test)]
 mod golden;
 #[cfg(test)]
 mod healing_tests;
@@ -347,6 +349,10 @@ pub(crate) struct Shared {
     cluster: Arc<RwLock<Cluster>>,
     /// The cluster's id once the replica has one (`cluster/identity.rs`).
     cluster_id: crate::cluster::ClusterCell,
+    /// The names of the initial members this node was started with (`peers`), once
+    /// `bootstrap` is called; said in STORE_INFO answers, so that initial members given
+    /// different lists refuse to form (`forming.rs`).
+    initial_peers: std::sync::OnceLock<Vec<String>>,
     /// The cluster's version as applied (`crate::version`).
     cluster_version: Arc<std::sync::atomic::AtomicU32>,
     /// The version this node, as leader, decided to raise the cluster to
@@ -493,6 +499,7 @@ impl Control {
             heard: heard::Heard::new(),
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
+            initial_peers: std::sync::OnceLock::new(),
             renaming: Arc::new(tokio::sync::Mutex::new(())),
             forwards: forwards::Forwards::default(),
             stamps: stamps::Stamps::default(),
@@ -603,6 +610,9 @@ impl Control {
             .iter()
             .map(|(name, addr)| (name.clone(), addr.clone()))
             .collect();
+        let _ = shared
+            .initial_peers
+            .set(members.keys().cloned().collect::<Vec<String>>());
         let decided = forming::decide(shared, &peers, false).await?;
         if decided.replaced {
             // Its old member was removed for it: it joins as a new one, never forms.

@@ -218,19 +218,14 @@ async fn a_retry_after_forward_to_leader_whose_entry_still_commits_applies_once(
     init_logs();
     let mut group = Group::new();
     let all = ["n1", "n2", "n3", "n4", "n5"];
-    for name in all {
-        let mut options = group.options(name);
-        options.voters = Some(5);
-        options.propose_timeout = Duration::from_secs(60);
-        group.start(name, options).await;
-    }
-    let members = all
-        .iter()
-        .map(|n| (n.to_string(), group.node(n).addr.clone()))
-        .collect();
-    for name in all {
-        group.control(name).bootstrap(&members).await.unwrap();
-    }
+    group
+        .bootstrap_with(&all, |group, name| {
+            let mut options = group.options(name);
+            options.voters = Some(5);
+            options.propose_timeout = Duration::from_secs(60);
+            options
+        })
+        .await;
     let l = group.leader(&all).await;
     allow_stamps(&group, &l, &all).await;
     assert_eq!(

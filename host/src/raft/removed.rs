@@ -173,6 +173,7 @@ mod tests {
             cluster: None,
             yours: None,
             yours_removed: false,
+            peers: Vec::new(),
         })
     }
 
@@ -221,6 +222,7 @@ mod tests {
             cluster: None,
             yours: None,
             yours_removed: false,
+            peers: Vec::new(),
         });
         let answers = vec![("n1".into(), gone), ("n2".into(), unformed)];
         assert_eq!(verdict("n3", MINE, VOTERS, &answers), None);

@@ -126,9 +126,21 @@ impl Group {
             .iter()
             .map(|n| (n.to_string(), self.node(n).addr.clone()))
             .collect();
-        for name in names {
-            self.node(name).control.bootstrap(&members).await.unwrap();
+        // Together, as initial members start: each waits to hear the others' `peers`.
+        let starts = names
+            .iter()
+            .map(|name| self.node(name).control.bootstrap(&members));
+        for started in futures::future::join_all(starts).await {
+            started.unwrap();
         }
+        // Settled, as tests expect a new group to be: a leader they agree on, which has
+        // applied an entry of its term (until then it can make no membership change).
+        let leader = self.leader(names).await;
+        wait_until("the leader to apply an entry of its term", || {
+            let metrics = self.control(&leader).metrics().borrow().clone();
+            metrics.last_applied.map(|l| l.leader_id.term) == Some(metrics.current_term)
+        })
+        .await;
     }
 
     /// The test options with a snapshot every 10 entries and no log kept behind it: logs
