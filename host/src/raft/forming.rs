@@ -30,8 +30,12 @@
 //!   nodes; a majority is also what forming needs anyway (an initial member that is down
 //!   does not hold the others back, as with etcd's initial cluster).
 //! - Initial members given different `peers`: an answer of a node that has not formed a
-//!   cluster names the initial members it was given, and a node given other names
-//!   refuses to start, naming both lists (etcd's initial-cluster check).
+//!   cluster names the initial members it was given, and, while no node asked has
+//!   formed a cluster, a node given other names refuses to start, naming both lists
+//!   (etcd's initial-cluster check). So the check holds between initial members that
+//!   start together; a node that starts after the others formed is judged by whether
+//!   their cluster lists it, as above. A fresh node that has not been given its list yet
+//!   (or a 0.2.0 node, which never says it) counts as silent toward the majority.
 //! - Answers of two clusters (their ids differ, `cluster/identity.rs`): the list names
 //!   nodes of more than one cluster, and the node refuses to start, naming each.
 //! - With `join`: once one member of a formed cluster has answered and none knows it (in
@@ -183,14 +187,22 @@ pub(crate) enum Verdict {
 }
 
 /// The first node asked that has not formed a cluster and was started with other
-/// initial members than `mine` (both sorted names), with its list. Two such nodes would
-/// each form a cluster of their own list; neither may form one (etcd refuses a member
-/// whose initial cluster differs, too). A formed node's list is checked by the rule
-/// below instead: it must list this node.
+/// initial members than `mine` (both sorted names), with its list, while no node asked
+/// has formed one. Two such nodes would each form a cluster of their own list; neither
+/// may form one (etcd refuses a member whose initial cluster differs, too). Once any
+/// answer is of a formed cluster, the rules of [`verdict`] decide instead (a node that
+/// forgot, or was removed, is not to be held back by a stale list of a fresh peer, and a
+/// formed cluster must list this node).
 pub(crate) fn peers_differ(
     mine: &[String],
     answers: &[(String, Option<StoreInfo>)],
 ) -> Option<(String, Vec<String>)> {
+    if answers
+        .iter()
+        .any(|(_, a)| a.as_ref().is_some_and(|a| a.formed))
+    {
+        return None;
+    }
     answers.iter().find_map(|(name, answer)| {
         let answer = answer.as_ref()?;
         (!answer.formed && !answer.peers.is_empty() && answer.peers != mine)
@@ -715,6 +727,13 @@ mod tests {
             ("n2", with(false, &[])),
             ("n3", with(true, &["n1", "n3", "n4"])),
             ("n4", None),
+        ]);
+        assert_eq!(peers_differ(&mine, &a), None);
+        // With a formed cluster among the answers, a fresh peer's list is not held
+        // against this node (it may have forgotten, or been removed): `verdict` decides.
+        let a = answers(vec![
+            ("n2", with(false, &["n1", "n2", "n4"])),
+            ("n3", with(true, &[])),
         ]);
         assert_eq!(peers_differ(&mine, &a), None);
     }
