@@ -180,12 +180,8 @@ impl Shared {
         // names the leader, so that the joiner asks it too. That record only grows, so a
         // replica that lags can fail to say so but never says so wrongly; and the joiner
         // stops only on the word of most of the nodes it asked.
-        if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
-            self.refusals.record(Refusal::RemovedStore, from, &why);
-            return JoinReply::Removed {
-                why,
-                leader: self.leader().map(|(_, p)| p),
-            };
+        if let Some(removed) = self.refuse_removed(from, &peer.name, store) {
+            return removed;
         }
         if !self.is_leader() {
             return JoinReply::NotLeader {
@@ -212,14 +208,24 @@ impl Shared {
                 other => JoinReply::Refused(other.to_string()),
             };
         }
-        if let Some(why) = store.and_then(|store| self.removed_with(&peer.name, store)) {
-            self.refusals.record(Refusal::RemovedStore, from, &why);
-            return JoinReply::Removed { why, leader: None };
+        if let Some(removed) = self.refuse_removed(from, &peer.name, store) {
+            return removed;
         }
         if let Some(why) = store.and_then(|store| self.another_store(&peer.name, store)) {
             return JoinReply::Refused(why);
         }
         self.admit(peer).await
+    }
+
+    /// The answer to `from`'s JOIN as `name` from store `store`, if a member of `name` was
+    /// removed with that store: counted, and naming the leader this node knows of.
+    fn refuse_removed(&self, from: &str, name: &str, store: Option<StoreId>) -> Option<JoinReply> {
+        let why = self.removed_with(name, store?)?;
+        self.refusals.record(Refusal::RemovedStore, from, &why);
+        Some(JoinReply::Removed {
+            why,
+            leader: self.leader().map(|(_, p)| p),
+        })
     }
 
     /// Whether `peer`'s name holds a seat in the leader's Raft membership, and its
@@ -234,7 +240,7 @@ impl Shared {
     /// What a process of store `store` is told, if a member of `name` was removed with
     /// that store (`Cluster::retired`): admitted, it would be a member whose every
     /// numbered command is refused (`cluster/once.rs`).
-    fn removed_with(&self, name: &str, store: StoreId) -> Option<String> {
+    pub(crate) fn removed_with(&self, name: &str, store: StoreId) -> Option<String> {
         let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
         cluster
             .is_retired(name, store)
@@ -365,8 +371,8 @@ impl Shared {
     /// was a member until then), and `Command::Remove` is then refused: the node is put
     /// back as a learner, or it would hold a session with no replica that follows.
     ///
-    /// No join of a name without a seat is decided between the two steps (`serve_join`
-    /// takes the same lock), and the steps run in a task of their own: a caller that
+    /// No join is decided between the two steps (`serve_join` takes the same lock), and
+    /// the steps run in a task of their own: a caller that
     /// gives up (a request's handler is dropped at the transport's request timeout) does
     /// not leave the member out of Raft but still a member, with the lock free. A leader
     /// that loses its leadership between the steps does: the next `member remove` or

@@ -87,16 +87,6 @@ pub(crate) fn verdict(
     })
 }
 
-/// What this node is told, if its own replica says that a member of its name was removed
-/// with its store (`Cluster::retired`): its commands are all refused from then on, so it
-/// must not stay (were it a voter, or to lead, nothing it proposed would commit).
-fn own_store_retired(shared: &Shared) -> Option<String> {
-    let cluster = shared.cluster.read().unwrap_or_else(|e| e.into_inner());
-    cluster
-        .is_retired(&shared.name, shared.store)
-        .then(|| cluster.retired_why(&shared.name, shared.store))
-}
-
 /// The background task: while no leader is heard, asks whether this node was removed,
 /// and says so in `shared.removed`. Ends when `stop` turns true or the verdict is given.
 pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -109,8 +99,10 @@ pub(crate) async fn watch_membership(shared: Arc<Shared>, mut stop: watch::Recei
             _ = tokio::time::sleep(EVERY) => {}
         }
         // Its own replica's word first: it applied the removal of its own store (it was
-        // admitted while that removal was under way, or a leader's replica lagged).
-        if let Some(why) = own_store_retired(&shared) {
+        // admitted while that removal was under way, or a leader's replica lagged). Its
+        // commands are all refused from then on, so it must not stay (were it a voter,
+        // or to lead, nothing it proposed would commit).
+        if let Some(why) = shared.removed_with(&shared.name, shared.store) {
             shared.removed.send_replace(Some(why));
             return;
         }
