@@ -638,7 +638,7 @@ fn broken_build_is_caught() {
 /// same cut in the seeded run's `isolate-leader` episodes.)
 #[test]
 fn early_handoff_is_caught() {
-    let Some(violations) = leader_cut_with_a_fresh_successor(true) else {
+    let Some((violations, _)) = leader_cut_with_a_fresh_successor(true) else {
         return;
     };
     assert!(
@@ -648,20 +648,27 @@ fn early_handoff_is_caught() {
 }
 
 /// The same cut on the real build: the new leader's base is no earlier than the old
-/// leader's last acknowledgement, so the slot waits for the old leader's deadline.
+/// leader's last acknowledgement, so the slot waits for the old leader's deadline. The
+/// old leader's own session (it owned the slot) starts at its own last renewal, which
+/// its renewal rounds told the voters (issue 30 item 4), not at the last time they heard
+/// it: the successor then waits for the owner's deadline and no longer.
 #[test]
 fn the_handoff_keeps_a_cut_off_leader_s_slot_until_its_deadline() {
-    let Some(violations) = leader_cut_with_a_fresh_successor(false) else {
+    let Some((violations, inherited)) = leader_cut_with_a_fresh_successor(false) else {
         return;
     };
     assert!(violations.is_empty(), "{violations:?}");
+    assert!(
+        inherited["renewals"].as_u64().is_some_and(|n| n >= 1),
+        "no session's clock started at its own last renewal: {inherited}"
+    );
 }
 
 /// Cuts off a leader that owns the one slot of `busy`, restarts the third node once the
 /// new leader has its base (so that a node with a session opened in the new term is
-/// there to take the slot), heals, and returns the checker's violations; `None` if this
-/// machine cannot make network namespaces.
-fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violation>> {
+/// there to take the slot), heals, and returns the checker's violations and the new
+/// leader's `lease.inherited`; `None` if this machine cannot make network namespaces.
+fn leader_cut_with_a_fresh_successor(early: bool) -> Option<(Vec<checker::Violation>, Value)> {
     let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(why) = Net::unavailable() {
         eprintln!("SKIPPED: {why}");
@@ -729,14 +736,16 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
     // node opens its session in the new term, and the slot goes to it. The restart is a
     // clean stop: a killed run's session would stay live (the restarted node gets none
     // until it expires, one process per name), and placement could hold the slot for it.
-    let new_leader = c.wait("a new leader's lease.inherited", WAIT, |c| {
-        (0..3).filter(|&i| i != x).find(|&i| {
+    let (new_leader, inherited) = c.wait("a new leader's lease.inherited", WAIT, |c| {
+        (0..3).filter(|&i| i != x).find_map(|i| {
             c.node(i)
                 .events()
-                .iter()
-                .any(|e| is("lease.inherited").matches(e) && timestamp_us(e) > cut_at)
+                .into_iter()
+                .find(|e| is("lease.inherited").matches(e) && timestamp_us(e) > cut_at)
+                .map(|e| (i, e))
         })
     });
+    eprintln!("[handoff] {inherited}");
     let third = (0..3).find(|&i| i != x && i != new_leader).unwrap();
     let name = c.name(third).to_string();
     schedule.record(now_us(), &name, "stop");
@@ -774,7 +783,7 @@ fn leader_cut_with_a_fresh_successor(early: bool) -> Option<Vec<checker::Violati
     for v in &violations {
         eprintln!("{}", v.render(&schedule));
     }
-    Some(violations)
+    Some((violations, inherited))
 }
 
 /// A voter that no leader has reached answers the handoff too: "nothing heard since I

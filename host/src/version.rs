@@ -49,6 +49,13 @@ pub const SLOT_STATE: u32 = 7;
 /// release as [`STAMPS`].
 pub const ADDRESSED: u32 = 7;
 
+/// The version from which a leader's renewal rounds tell its voters when it received the
+/// renewals they confirm (`node/renewal_round.rs`, message kind 22), and a new leader
+/// starts each session's clock from them (issue 30 item 4). Version 6 builds (0.2.0)
+/// know neither the kind nor the tails of the handoff's question and answer; the same
+/// release as [`STAMPS`].
+pub const RENEWAL_ROUNDS: u32 = 7;
+
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
 pub const ADMIN_VERSION: u32 = 8;
 

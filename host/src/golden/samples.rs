@@ -18,7 +18,7 @@ use crate::cluster::{
     StoreId,
 };
 use crate::envelope::{Envelope, Sealer};
-use crate::node::{Ask, Heard, LEADER_HEARD, RENEW, Renew, Renewed};
+use crate::node::{Ask, Carried, Heard, LEADER_HEARD, RENEW, RENEWAL_ROUND, Renew, Renewed};
 use crate::pki::{Algo, Signer};
 
 /// The wall clock the samples carry: 2026-01-01T00:00:00Z in ms.
@@ -374,6 +374,7 @@ pub(super) fn wire() -> Vec<Sample> {
     let sealed = sealer.seal(&signer(), "n2", RENEW, &payload, sent);
     assert_eq!(RENEW, 20);
     assert_eq!(LEADER_HEARD, 21);
+    assert_eq!(RENEWAL_ROUND, 22);
     vec![
         Sample::raw("envelope-sealed", sealed, |bytes| {
             crate::envelope::reencode_sealed(bytes).map_err(|e| e.to_string())
@@ -402,6 +403,29 @@ pub(super) fn wire() -> Vec<Sample> {
             },
         ),
         Sample::of("leader-heard-21-answer-none", &Heard { elapsed_us: None }),
+        // From version 7: the sessions asked about follow the question, and one answer
+        // per session follows the answer (`node/handoff.rs`).
+        Sample::of(
+            "leader-heard-21-request-sessions",
+            &(Ask { term: 5 }, vec![3u64, 4]),
+        ),
+        Sample::of(
+            "leader-heard-21-answer-sessions",
+            &(
+                Heard {
+                    elapsed_us: Some(1_500_000),
+                },
+                vec![Some(1_700_000u64), None],
+            ),
+        ),
+        Sample::of(
+            "renewal-round-22-request",
+            &Carried {
+                term: 5,
+                renewals: vec![(3, 1_200), (4, 350)],
+            },
+        ),
+        Sample::of("renewal-round-22-answer", &()),
         Sample::of(
             "replica-hashes-13-answer",
             &vec![

@@ -44,6 +44,9 @@ struct Terms {
     /// Where the clocks of the sessions held before this term start (`handoff.rs`):
     /// unknown until a majority of voters answered, and nothing expires until then.
     base: Option<Instant>,
+    /// Sessions whose clocks start at a base of their own, earlier than `base`: their
+    /// last renewal as the old leader's renewal rounds told a majority (`renewal_round.rs`).
+    own: HashMap<u64, Instant>,
     /// Whether the sessions present when the base came were given it; sessions first
     /// seen later start their clock at first sight.
     seeded: bool,
@@ -73,11 +76,15 @@ impl Liveness {
         true
     }
 
-    /// Sets the base of `term`'s session clocks, learned from a majority of voters.
-    pub fn inherit(&self, term: u64, base: Instant) {
+    /// Sets the base of `term`'s session clocks, learned from a majority of voters, and
+    /// the sessions whose clocks start at a base of their own.
+    pub fn inherit(&self, term: u64, base: Instant, own: HashMap<u64, Instant>) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.enter(term);
-        inner.base.get_or_insert(base);
+        if inner.base.is_none() {
+            inner.base = Some(base);
+            inner.own = own;
+        }
     }
 
     /// Whether `term`'s base is known.
@@ -87,8 +94,8 @@ impl Liveness {
     }
 
     /// The sessions whose last renewal is older than `ttl` at `now`; none before the
-    /// term's base is known. A session not renewed in this term starts its clock at the
-    /// base if it was there when the base came, else at first sight.
+    /// term's base is known. A session not renewed in this term starts its clock at its
+    /// own base or the term's if it was there when the base came, else at first sight.
     pub fn expired(
         &self,
         term: u64,
@@ -101,14 +108,22 @@ impl Liveness {
         let Some(base) = inner.base else {
             return Vec::new();
         };
-        let start = if inner.seeded { now } else { base };
+        let seeded = inner.seeded;
+        let own = std::mem::take(&mut inner.own);
+        let start = |session: u64| match seeded {
+            true => now,
+            false => own.get(&session).copied().unwrap_or(base),
+        };
         inner.seeded = true;
         inner
             .last
             .retain(|node, (session, _)| sessions.iter().any(|(n, s)| n == node && s == session));
         let mut expired = Vec::new();
         for (node, session) in sessions {
-            let (_, last) = *inner.last.entry(node.clone()).or_insert((*session, start));
+            let (_, last) = *inner
+                .last
+                .entry(node.clone())
+                .or_insert((*session, start(*session)));
             if now.saturating_duration_since(last) >= ttl {
                 expired.push((node.clone(), *session));
             }
@@ -131,7 +146,9 @@ impl Liveness {
             return None;
         }
         let base = inner.base?;
-        let unseeded = (!inner.seeded).then_some(base);
+        let unseeded = (!inner.seeded)
+            .then(|| inner.own.values().copied().chain([base]).min())
+            .flatten();
         let earliest = inner
             .last
             .iter()
@@ -219,15 +236,21 @@ pub async fn lead(shared: Arc<Shared>, liveness: Arc<Liveness>, mut stop: watch:
                                 "at this leader's election: a voter could not bound the past"
                             }
                         };
+                        let earliest = inherited.sessions.values().min().copied().unwrap_or(base);
+                        let own_ms_ago = earliest.elapsed().as_millis() as u64;
                         tracing::info!(
                             event = events::LEASE_INHERITED,
                             term,
                             base_ms_ago = ago.as_millis() as u64,
                             from = inherited.from.as_str(),
-                            "the session clocks of term {term} start {} ago, {whence}",
-                            humantime::format_duration(ago)
+                            renewals = inherited.sessions.len(),
+                            earliest_ms_ago = own_ms_ago,
+                            "the session clocks of term {term} start {} ago, {whence}; {} of them at their own last renewal, the earliest {} ago",
+                            humantime::format_duration(ago),
+                            inherited.sessions.len(),
+                            humantime::format_duration(Duration::from_millis(own_ms_ago))
                         );
-                        liveness.inherit(term, base);
+                        liveness.inherit(term, base, inherited.sessions);
                     }
                 }),
             ));
@@ -351,7 +374,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
-        live.inherit(1, t0);
+        live.inherit(1, t0, HashMap::new());
         assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &sessions, t0 + ms(999), ttl).is_empty());
         assert!(live.renewed(1, "a", 5, t0 + ms(500)));
@@ -373,7 +396,7 @@ mod tests {
         assert!(live.expired(2, &sessions, later + ms(9000), ttl).is_empty());
         assert!(!live.inherited(2));
         // The voters last heard the old leader 300 ms before `later`.
-        live.inherit(2, later - ms(300));
+        live.inherit(2, later - ms(300), HashMap::new());
         assert!(live.inherited(2));
         assert!(!live.inherited(3));
         // A renewal in term 2 moves its session's clock on; the other counts from the base.
@@ -388,7 +411,7 @@ mod tests {
             [("a".to_owned(), 5), ("b".to_owned(), 6)]
         );
         // A later base does not replace the first.
-        live.inherit(2, later + ms(5000));
+        live.inherit(2, later + ms(5000), HashMap::new());
         assert_eq!(live.expired(2, &sessions, later + ms(1100), ttl).len(), 2);
     }
 
@@ -397,7 +420,7 @@ mod tests {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
-        live.inherit(2, t0);
+        live.inherit(2, t0, HashMap::new());
         assert!(
             live.expired(2, &[("a".into(), 5)], t0 + ms(10), ttl)
                 .is_empty()
@@ -422,7 +445,7 @@ mod tests {
         assert!(live.renewed(2, "a", 5, t0 + ms(100)));
         assert_eq!(live.next_expiry(2, ttl), None);
         // Sessions present when the base came start at it.
-        live.inherit(2, t0);
+        live.inherit(2, t0, HashMap::new());
         assert_eq!(live.next_expiry(2, ttl), Some(t0 + ttl));
         assert!(live.expired(2, &sessions, t0 + ms(50), ttl).is_empty());
         assert_eq!(
@@ -448,7 +471,7 @@ mod tests {
         let t0 = Instant::now();
         let ttl = ms(1000);
         let sessions = [("a".to_owned(), 5)];
-        live.inherit(1, t0);
+        live.inherit(1, t0, HashMap::new());
         assert!(live.renewed(1, "a", 5, t0));
         assert_eq!(live.expired(1, &sessions, t0 + ms(1000), ttl), sessions);
         // A renewal that arrived before the decision but is answered after it is refused.
@@ -463,7 +486,7 @@ mod tests {
         let live = Liveness::default();
         let t0 = Instant::now();
         let ttl = ms(1000);
-        live.inherit(1, t0);
+        live.inherit(1, t0, HashMap::new());
         assert!(live.renewed(1, "a", 5, t0));
         assert!(live.expired(1, &[("a".into(), 5)], t0, ttl).is_empty());
         // a's session 5 is replaced by 9, first seen now: its clock starts now.

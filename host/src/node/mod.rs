@@ -32,6 +32,7 @@ mod plugins;
 mod preflight;
 mod probe;
 mod recovery;
+mod renewal_round;
 mod revocations;
 mod self_drain;
 mod session;
@@ -65,6 +66,8 @@ use owner::Owner;
 pub use owner::UNSAFE_NO_SELF_DEMOTION;
 use plugins::Folder;
 pub use recovery::{recover, restore};
+#[cfg(test)]
+pub(crate) use renewal_round::{Carried, RENEWAL_ROUND};
 use session::Renewals;
 #[cfg(test)]
 pub(crate) use session::{RENEW, Renew, Renewed};

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handoff;
 use super::leader::Liveness;
+use super::renewal_round;
 use super::shared::{Shared, now_ms};
 use crate::cluster::{Command, Response};
 use crate::events;
@@ -207,7 +208,7 @@ async fn open(shared: &Shared, every: Duration, ended: Option<u64>) -> u64 {
 }
 
 /// Sends one renewal to the leader (or answers it here, on the leader).
-async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
+async fn renew(shared: &Arc<Shared>, liveness: &Liveness, session: u64) -> Result<Renewed, String> {
     let (leader, addr) = shared
         .control
         .leader()
@@ -220,13 +221,13 @@ async fn renew(shared: &Shared, liveness: &Liveness, session: u64) -> Result<Ren
 
 /// The leader's side of a renewal from `node`.
 ///
-/// Everything is decided after the quorum round: whether the session is still the
+/// Everything is decided after the quorum rounds: whether the session is still the
 /// node's (the round also makes the replica current: a stale leader cannot answer
 /// `UnknownSession` from an old replica and drop a live node's lease), and, under the
 /// lock expiry decisions take, whether the session was already decided expired (then it
 /// is refused: an acknowledgement must never extend a lease the leader is ending).
 pub async fn answer(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     liveness: &Liveness,
     node: &str,
     session: u64,
@@ -237,12 +238,19 @@ pub async fn answer(
     let received = Instant::now();
     let term = shared.control.term();
     // Recorded for the handoff (after the renewal arrived), then a quorum round that
-    // starts after it: a quorum heard this leader after the renewal arrived.
-    shared
-        .control
-        .confirm_leadership(term)
-        .await
-        .map_err(|e| e.to_string())?;
+    // starts after it: a quorum heard this leader after the renewal arrived. Beside it,
+    // the renewal round tells a quorum when this renewal arrived (`renewal_round.rs`).
+    let heard = async {
+        shared
+            .control
+            .confirm_leadership(term)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let told = renewal_round::confirm(shared, term, session, received);
+    let (heard, told) = tokio::join!(heard, told);
+    heard?;
+    told?;
     let current = shared.read(|c| {
         c.members
             .get(node)
@@ -297,10 +305,16 @@ impl crate::rpc::Service for Renewals {
                     postcard::to_allocvec(&answer).map_err(|e| e.to_string())
                 }
                 handoff::LEADER_HEARD => {
-                    let ask: handoff::Ask =
-                        crate::rpc::decode(&payload).map_err(|e| format!("bad question: {e}"))?;
-                    let heard = handoff::answer(&shared, ask.term).await?;
-                    postcard::to_allocvec(&heard).map_err(|e| e.to_string())
+                    let (ask, sessions): (handoff::Ask, Option<Vec<u64>>) =
+                        crate::rpc::decode_with_tail(&payload)
+                            .map_err(|e| format!("bad question: {e}"))?;
+                    handoff::answer(&shared, ask.term, sessions).await
+                }
+                renewal_round::RENEWAL_ROUND => {
+                    let carried: renewal_round::Carried = crate::rpc::decode(&payload)
+                        .map_err(|e| format!("bad renewal round: {e}"))?;
+                    renewal_round::take(&shared, &caller, carried).await?;
+                    postcard::to_allocvec(&()).map_err(|e| e.to_string())
                 }
                 _ => Err(format!("unknown message kind {kind}")),
             }

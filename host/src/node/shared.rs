@@ -34,6 +34,8 @@ pub struct Shared {
     /// The node's signed-call endpoint, set once bound (it serves this node's tasks, so
     /// it is created after them).
     rpc: OnceLock<Arc<Rpc>>,
+    /// On the leader: the renewal rounds (`renewal_round.rs`).
+    pub renewal_rounds: super::renewal_round::RenewalRounds,
 }
 
 impl Shared {
@@ -58,6 +60,7 @@ impl Shared {
             live: LiveStarts::default(),
             failures: Arc::default(),
             rpc: OnceLock::new(),
+            renewal_rounds: Default::default(),
         }
     }
 
@@ -81,18 +84,29 @@ impl Shared {
         kind: u16,
         request: &Q,
     ) -> Result<A, String> {
+        let reply = self.call_bytes(name, addr, kind, request).await?;
+        crate::rpc::decode(&reply).map_err(|e| format!("bad answer from {name}: {e}"))
+    }
+
+    /// As [`Shared::call`], returning the answer's bytes undecoded (for an answer a newer
+    /// build extends at its end: `crate::rpc::decode_with_tail`).
+    pub async fn call_bytes<Q: serde::Serialize>(
+        &self,
+        name: &str,
+        addr: &str,
+        kind: u16,
+        request: &Q,
+    ) -> Result<Vec<u8>, String> {
         let addr = tokio::net::lookup_host(addr)
             .await
             .map_err(|e| format!("{addr}: {e}"))?
             .next()
             .ok_or_else(|| format!("{addr}: no address"))?;
         let payload = postcard::to_allocvec(request).map_err(|e| e.to_string())?;
-        let reply = self
-            .rpc()
+        self.rpc()
             .call(name, addr, kind, payload)
             .await
-            .map_err(|e| e.to_string())?;
-        crate::rpc::decode(&reply).map_err(|e| format!("bad answer from {name}: {e}"))
+            .map_err(|e| e.to_string())
     }
 
     /// Proposes a command through the leader and waits until it is applied here.

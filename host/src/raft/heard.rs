@@ -37,8 +37,22 @@
 //!   A leader's own round is recorded before it starts, so it needs no such wait.
 //! - *Unknown*: a record of a term below t was dropped and none is kept; the asker takes
 //!   its receive time (the most cautious answer).
+//!
+//! **Renewals** (issue 30 item 4). A leader's renewal round (`node/renewal_round.rs`)
+//! also tells its voters, per session, when it received the renewals the round
+//! confirms; a voter that takes the round records it as a hearing of its term, and keeps
+//! per session the latest such time with its term ([`Heard::record_renewals`]). Asked by
+//! the leader of term t, it answers per session the time since that record only if the
+//! record is of the latest term below t it heard ([`Heard::renewals_below`]); otherwise
+//! (no record, one of an older term, one dropped past [`RENEWALS_KEPT`]) it answers
+//! nothing for the session and the asker uses this node's answer above for it. Why the
+//! latest term: a leader that acknowledged a renewal without telling its voters (its
+//! replica had not yet applied the cluster version that allows the round) leaves only
+//! older records behind, and each of its voters has heard it, in a later term than those
+//! records. A record is never later than the hearing recorded with it, so a session's
+//! answer is never later than the node's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -47,6 +61,10 @@ use tokio::sync::{RwLock, RwLockReadGuard};
 /// Terms remembered; older ones are dropped (only the latest below an asker's term
 /// matters, and terms only grow).
 const TERMS_KEPT: usize = 8;
+
+/// Sessions whose renewals are remembered; the oldest records go first. A session whose
+/// record went is answered as if it had none: the node's own answer stands for it.
+const RENEWALS_KEPT: usize = 4096;
 
 /// What this node can say about the past, for the leader of some term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +103,8 @@ struct Records {
     last: BTreeMap<u64, Instant>,
     /// The lowest term whose record was dropped (records go lowest first).
     first_dropped: Option<u64>,
+    /// session → the term and time of the latest renewal of it a leader's round reported.
+    renewals: HashMap<u64, (u64, Instant)>,
 }
 
 impl Heard {
@@ -116,11 +136,29 @@ impl Heard {
     /// Records that a leader of `term` was heard at `at`.
     pub(crate) fn record(&self, term: u64, at: Instant) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = records.last.entry(term).or_insert(at);
-        *entry = (*entry).max(at);
-        while records.last.len() > TERMS_KEPT {
-            if let Some((dropped, _)) = records.last.pop_first() {
-                records.first_dropped.get_or_insert(dropped);
+        records.heard(term, at);
+    }
+
+    /// Records a leader's renewal round of `term`, heard at `at`: a hearing, and per
+    /// session the time its renewal reached the leader (no later than `at`).
+    pub(crate) fn record_renewals(&self, term: u64, at: Instant, renewals: &[(u64, Instant)]) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        records.heard(term, at);
+        for &(session, received) in renewals {
+            let received = received.min(at);
+            let entry = records.renewals.entry(session).or_insert((term, received));
+            if (term, received) > *entry {
+                *entry = (term, received);
+            }
+        }
+        while records.renewals.len() > RENEWALS_KEPT {
+            let oldest = records
+                .renewals
+                .iter()
+                .min_by_key(|(_, kept)| **kept)
+                .map(|(session, _)| *session);
+            if let Some(session) = oldest {
+                records.renewals.remove(&session);
             }
         }
     }
@@ -133,6 +171,39 @@ impl Heard {
             Some(latest) => Since::Heard(now.saturating_duration_since(latest)),
             None if records.first_dropped.is_some_and(|d| d < term) => Since::Unknown,
             None => Since::Started(now.saturating_duration_since(self.started)),
+        }
+    }
+
+    /// Per session of `sessions`, how long ago a renewal of it reached a leader of the
+    /// latest term below `term` this node heard, as that leader's round reported it;
+    /// `None` where this node cannot say (see the module doc): the asker then uses
+    /// [`Heard::since_below`]'s answer for it. Call [`Heard::settle`] first.
+    pub(crate) fn renewals_below(
+        &self,
+        term: u64,
+        sessions: &[u64],
+        now: Instant,
+    ) -> Vec<Option<Duration>> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let latest = records.last.range(..term).next_back().map(|(t, _)| *t);
+        sessions
+            .iter()
+            .map(|session| match records.renewals.get(session) {
+                Some(&(of, at)) if Some(of) == latest => Some(now.saturating_duration_since(at)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Records {
+    fn heard(&mut self, term: u64, at: Instant) {
+        let entry = self.last.entry(term).or_insert(at);
+        *entry = (*entry).max(at);
+        while self.last.len() > TERMS_KEPT {
+            if let Some((dropped, _)) = self.last.pop_first() {
+                self.first_dropped.get_or_insert(dropped);
+            }
         }
     }
 }
@@ -196,6 +267,60 @@ mod tests {
         assert_eq!(heard.since_below(4, now), Since::Heard(ms(970)));
         // No term below 1 exists, so none was dropped: the start bounds it (vacuously).
         assert_eq!(heard.since_below(1, now), Since::Started(ms(1000)));
+    }
+
+    /// A session's answer rests on a round of the latest term below the asker's that
+    /// this node heard; anything else is "cannot say", and the node's own answer stands.
+    #[test]
+    fn a_renewal_counts_only_if_its_term_is_the_last_one_heard() {
+        let t0 = Instant::now();
+        let heard = Heard::started_at(t0);
+        let ms = Duration::from_millis;
+        // Term 3's leader reported sessions 7 and 8; a later round of term 3, 7 again.
+        heard.record_renewals(3, t0 + ms(100), &[(7, t0 + ms(90)), (8, t0 + ms(95))]);
+        heard.record_renewals(3, t0 + ms(300), &[(7, t0 + ms(280))]);
+        let now = t0 + ms(1000);
+        assert_eq!(
+            heard.renewals_below(4, &[7, 8, 9], now),
+            vec![Some(ms(720)), Some(ms(905)), None]
+        );
+        // A session's answer is never later than the node's own.
+        assert_eq!(heard.since_below(4, now), Since::Heard(ms(700)));
+        // An asker of term 3 itself: nothing below it was heard.
+        assert_eq!(heard.renewals_below(3, &[7], now), vec![None]);
+        // Term 5's leader was heard with no renewal round (it could not send one): the
+        // records of term 3 may be older than its last acknowledgement, so none counts.
+        heard.record(5, t0 + ms(500));
+        assert_eq!(heard.renewals_below(6, &[7, 8], now), vec![None, None]);
+        // Its round of 7 counts again, for askers above 5.
+        heard.record_renewals(5, t0 + ms(600), &[(7, t0 + ms(590))]);
+        assert_eq!(
+            heard.renewals_below(6, &[7, 8], now),
+            vec![Some(ms(410)), None]
+        );
+        assert_eq!(heard.renewals_below(4, &[7], now), vec![None]);
+    }
+
+    /// A reported receive time is never taken as later than the round's own hearing, and a
+    /// full table drops its oldest records, which are then answered as unknown.
+    #[test]
+    fn renewal_records_are_bounded_and_never_after_their_hearing() {
+        let t0 = Instant::now();
+        let heard = Heard::started_at(t0);
+        let ms = Duration::from_millis;
+        heard.record_renewals(1, t0 + ms(10), &[(1, t0 + ms(50))]);
+        assert_eq!(
+            heard.renewals_below(2, &[1], t0 + ms(100)),
+            vec![Some(ms(90))]
+        );
+        let many: Vec<(u64, Instant)> = (0..RENEWALS_KEPT as u64)
+            .map(|s| (s + 10, t0 + ms(20) + Duration::from_micros(s)))
+            .collect();
+        heard.record_renewals(1, t0 + ms(30), &many);
+        let answers = heard.renewals_below(2, &[1, 10, 11], t0 + ms(100));
+        assert_eq!(answers[0], None, "the oldest record stayed");
+        assert_eq!(answers[1], Some(ms(80)));
+        assert!(answers[2].is_some());
     }
 
     #[tokio::test]

@@ -130,6 +130,7 @@ pub use kinds::{
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
+pub(crate) use rounds::Rounds;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 
@@ -801,11 +802,82 @@ impl Control {
     /// append or snapshot, or was it and started a quorum round), or, if it heard none since
     /// it started and dropped no record of one, how long ago it started; `None` if it
     /// cannot bound the past (`heard.rs`). Waits for the hearings in flight first.
-    pub async fn since_leader_below(&self, term: u64) -> Option<Duration> {
+    ///
+    /// With it, per session of `sessions`, how long ago a renewal of it reached the leader
+    /// of the latest term below `term` this node heard, as that leader's renewal round
+    /// reported it; `None` where this node cannot say (`heard.rs`, "Renewals").
+    pub async fn since_leader_below(
+        &self,
+        term: u64,
+        sessions: &[u64],
+    ) -> (Option<Duration>, Vec<Option<Duration>>) {
         self.shared.heard.settle().await;
-        let since = self.shared.heard.since_below(term, Instant::now());
+        let now = Instant::now();
+        let since = self.shared.heard.since_below(term, now);
+        let renewals = self.shared.heard.renewals_below(term, sessions, now);
         tracing::debug!(term, ?since, "lease handoff: answered");
-        since.elapsed()
+        (since.elapsed(), renewals)
+    }
+
+    /// On the leader of `term`: records the receive times of the renewals its renewal
+    /// round is about to confirm (`node/renewal_round.rs`), as its voters will. Called
+    /// before the round starts, as [`Control::confirm_leadership`] records its hearing.
+    pub fn record_renewals(&self, term: u64, renewals: &[(u64, Instant)]) {
+        self.shared
+            .heard
+            .record_renewals(term, Instant::now(), renewals);
+    }
+
+    /// A voter's side of a renewal round: taken only from the leader this node follows
+    /// in `term`, so once this node has moved to a higher term (as it has before it
+    /// answers that term's leader's handoff question) it takes no more of the old
+    /// leader's rounds. `renewals` are, per session, how long before sending the round
+    /// the leader received its renewal; each is shrunk by the clock-rate margin (1/20, as
+    /// the handoff's answers are), so a leader whose clock runs fast cannot place a
+    /// renewal later than it was. Recorded as a hearing in flight is (`heard.rs`). Waits
+    /// up to `bound` to learn who leads `term`.
+    pub async fn take_renewals(
+        &self,
+        from: &str,
+        term: u64,
+        renewals: &[(u64, Duration)],
+        bound: Duration,
+    ) -> Result<(), String> {
+        // A round can arrive before the append that tells this node who leads `term`:
+        // wait for that first (outside the gate, which a handoff answer may be waiting
+        // to take), then check again under it.
+        let mut metrics = self.shared.metrics.clone();
+        let known = |m: &types::Metrics| {
+            m.current_term > term || (m.current_term == term && m.current_leader.is_some())
+        };
+        let _ = tokio::time::timeout(bound, metrics.wait_for(known)).await;
+        let hearing = self.shared.heard.hearing().await;
+        let now = Instant::now();
+        {
+            let metrics = self.shared.metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            let leader = metrics
+                .current_leader
+                .and_then(|id| membership.get_node(&id))
+                .map(|peer| peer.name.as_str());
+            if metrics.current_term != term || leader != Some(from) {
+                return Err(format!(
+                    "a renewal round of term {term} from {from}; this node is in term {} and follows {}",
+                    metrics.current_term,
+                    leader.unwrap_or("no leader")
+                ));
+            }
+        }
+        let received: Vec<(u64, Instant)> = renewals
+            .iter()
+            .map(|&(session, ago)| {
+                let ago = ago - ago / 20;
+                (session, now.checked_sub(ago).unwrap_or(now))
+            })
+            .collect();
+        self.shared.heard.record_renewals(term, now, &received);
+        drop(hearing);
+        Ok(())
     }
 
     /// Whether this node is the leader (as far as it knows: see

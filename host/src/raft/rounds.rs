@@ -18,21 +18,31 @@ use std::time::Instant;
 
 use super::error::ControlError;
 
-/// The last round and the lock that keeps rounds one at a time.
-#[derive(Default)]
-pub(crate) struct Rounds {
+/// The last round and the lock that keeps rounds one at a time; `E` is a failed round's
+/// error.
+pub(crate) struct Rounds<E = ControlError> {
     /// When the last round started, and its result.
-    last: tokio::sync::Mutex<Option<(Instant, Result<(), ControlError>)>>,
+    last: tokio::sync::Mutex<Option<(Instant, Result<(), E>)>>,
     /// Rounds run since the start.
     run: AtomicU64,
 }
 
-impl Rounds {
+impl<E> Default for Rounds<E> {
+    fn default() -> Self {
+        Rounds {
+            last: tokio::sync::Mutex::new(None),
+            run: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<E: Clone> Rounds<E> {
     /// The result of a round that started after `called`: the last one if it did, else
-    /// a new one run with `round`.
-    pub async fn confirm<F>(&self, called: Instant, round: F) -> Result<(), ControlError>
+    /// a new one run with `round`. `round` is run (polled) only after its start time is
+    /// taken, so what it reads first was there before it started.
+    pub async fn confirm<F>(&self, called: Instant, round: F) -> Result<(), E>
     where
-        F: Future<Output = Result<(), ControlError>>,
+        F: Future<Output = Result<(), E>>,
     {
         let mut last = self.last.lock().await;
         if let Some((started, result)) = &*last
