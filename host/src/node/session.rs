@@ -232,11 +232,16 @@ pub async fn answer(
     node: &str,
     session: u64,
 ) -> Result<Renewed, String> {
+    // The term read on both sides of the leadership check and of the receive time: the
+    // renewal is timed while this node leads `term` (`renewal_round.rs` relies on it).
+    let term = shared.control.term();
     if !shared.control.is_leader() {
         return Err("not the leader".into());
     }
     let received = Instant::now();
-    let term = shared.control.term();
+    if shared.control.term() != term {
+        return Err("not the leader".into());
+    }
     // Recorded for the handoff (after the renewal arrived), then a quorum round that
     // starts after it: a quorum heard this leader after the renewal arrived. Beside it,
     // the renewal round tells a quorum when this renewal arrived (`renewal_round.rs`).

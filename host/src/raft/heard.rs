@@ -151,15 +151,13 @@ impl Heard {
                 *entry = (term, received);
             }
         }
-        while records.renewals.len() > RENEWALS_KEPT {
-            let oldest = records
-                .renewals
-                .iter()
-                .min_by_key(|(_, kept)| **kept)
-                .map(|(session, _)| *session);
-            if let Some(session) = oldest {
-                records.renewals.remove(&session);
-            }
+        if records.renewals.len() > RENEWALS_KEPT {
+            // The oldest go, an eighth more than needed, so a full table is sorted once
+            // per eighth of it, not once per record.
+            let mut kept: Vec<(u64, (u64, Instant))> = records.renewals.drain().collect();
+            kept.sort_unstable_by_key(|(_, at)| std::cmp::Reverse(*at));
+            kept.truncate(RENEWALS_KEPT - RENEWALS_KEPT / 8);
+            records.renewals.extend(kept);
         }
     }
 
@@ -317,10 +315,13 @@ mod tests {
             .map(|s| (s + 10, t0 + ms(20) + Duration::from_micros(s)))
             .collect();
         heard.record_renewals(1, t0 + ms(30), &many);
-        let answers = heard.renewals_below(2, &[1, 10, 11], t0 + ms(100));
+        let newest = RENEWALS_KEPT as u64 + 9;
+        let answers = heard.renewals_below(2, &[1, 10, newest], t0 + ms(100));
         assert_eq!(answers[0], None, "the oldest record stayed");
-        assert_eq!(answers[1], Some(ms(80)));
-        assert!(answers[2].is_some());
+        assert_eq!(answers[1], None, "the table did not drop a batch");
+        assert!(answers[2].is_some(), "the newest record went");
+        let kept = heard.records.lock().unwrap().renewals.len();
+        assert_eq!(kept, RENEWALS_KEPT - RENEWALS_KEPT / 8);
     }
 
     #[tokio::test]

@@ -130,7 +130,6 @@ pub use kinds::{
 };
 pub use recover::{DEFAULT_BUMP, MIN_BUMP, Recovered, recover, restore};
 pub use refusals::Refusal;
-pub(crate) use rounds::Rounds;
 pub use service::RaftService;
 pub use types::{Metrics, NodeId, Peer, TypeConfig, node_id};
 
@@ -820,12 +819,29 @@ impl Control {
     }
 
     /// On the leader of `term`: records the receive times of the renewals its renewal
-    /// round is about to confirm (`node/renewal_round.rs`), as its voters will. Called
-    /// before the round starts, as [`Control::confirm_leadership`] records its hearing.
-    pub fn record_renewals(&self, term: u64, renewals: &[(u64, Instant)]) {
+    /// round is about to confirm (`node/renewal_round.rs`), as its voters will, before the
+    /// round starts. Only while this node still leads `term`, checked and recorded under
+    /// the gate its handoff answers settle (`heard.rs`): once it has moved to a higher
+    /// term and may have answered that term's leader, it records (and confirms) nothing
+    /// of `term`.
+    pub async fn record_renewals(
+        &self,
+        term: u64,
+        renewals: &[(u64, Instant)],
+    ) -> Result<(), String> {
+        let hearing = self.shared.heard.hearing().await;
+        let leads = {
+            let metrics = self.shared.metrics.borrow();
+            metrics.current_term == term && metrics.current_leader == Some(self.shared.me)
+        };
+        if !leads {
+            return Err(format!("no longer the leader of term {term}"));
+        }
         self.shared
             .heard
             .record_renewals(term, Instant::now(), renewals);
+        drop(hearing);
+        Ok(())
     }
 
     /// A voter's side of a renewal round: taken only from the leader this node follows

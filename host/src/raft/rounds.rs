@@ -18,31 +18,21 @@ use std::time::Instant;
 
 use super::error::ControlError;
 
-/// The last round and the lock that keeps rounds one at a time; `E` is a failed round's
-/// error.
-pub(crate) struct Rounds<E = ControlError> {
+/// The last round and the lock that keeps rounds one at a time.
+#[derive(Default)]
+pub(crate) struct Rounds {
     /// When the last round started, and its result.
-    last: tokio::sync::Mutex<Option<(Instant, Result<(), E>)>>,
+    last: tokio::sync::Mutex<Option<(Instant, Result<(), ControlError>)>>,
     /// Rounds run since the start.
     run: AtomicU64,
 }
 
-impl<E> Default for Rounds<E> {
-    fn default() -> Self {
-        Rounds {
-            last: tokio::sync::Mutex::new(None),
-            run: AtomicU64::new(0),
-        }
-    }
-}
-
-impl<E: Clone> Rounds<E> {
+impl Rounds {
     /// The result of a round that started after `called`: the last one if it did, else
-    /// a new one run with `round`. `round` is run (polled) only after its start time is
-    /// taken, so what it reads first was there before it started.
-    pub async fn confirm<F>(&self, called: Instant, round: F) -> Result<(), E>
+    /// a new one run with `round`.
+    pub async fn confirm<F>(&self, called: Instant, round: F) -> Result<(), ControlError>
     where
-        F: Future<Output = Result<(), E>>,
+        F: Future<Output = Result<(), ControlError>>,
     {
         let mut last = self.last.lock().await;
         if let Some((started, result)) = &*last
