@@ -129,6 +129,8 @@ pub const SESSION_EXPIRED: &str = "session.expired";
 /// A new leader learned from a majority of voters where the session clocks of its term
 /// start (`term`, `base_ms_ago`, and `from`: `answers` when every answer bounded the past,
 /// `election` when one could not and the clocks start at the election): the lease handoff.
+/// `renewals` sessions start earlier, at their own last renewal as the old leader's
+/// renewal rounds reported it (`node/renewal_round.rs`), the earliest `earliest_ms_ago`.
 pub const LEASE_INHERITED: &str = "lease.inherited";
 /// This node's lease deadline passed, or the leader no longer knows its session: its
 /// plugins are stopped and a new session is opened.
