@@ -190,6 +190,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             "append-entries-to-4-request",
             &Addressed {
                 to: Some(crate::cluster::StoreId::from_bytes([0x5b; 16])),
+                from: crate::cluster::StoreId::from_bytes([0x1a; 16]),
                 request: AppendEntriesRequest {
                     vote,
                     prev_log_id: Some(log_id(3, 18)),
@@ -202,6 +203,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             "vote-to-5-request",
             &Addressed {
                 to: None,
+                from: crate::cluster::StoreId::from_bytes([0x2a; 16]),
                 request: VoteRequest {
                     vote: Vote::new(4, node_id("n2")),
                     last_log_id: Some(log_id(3, 19)),
@@ -212,6 +214,7 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             "install-snapshot-to-6-request",
             &Addressed {
                 to: Some(crate::cluster::StoreId::from_bytes([0x5b; 16])),
+                from: crate::cluster::StoreId::from_bytes([0x1a; 16]),
                 request: InstallSnapshotRequest {
                     vote,
                     meta: snapshot_meta(),

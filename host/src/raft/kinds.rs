@@ -101,14 +101,19 @@ pub(crate) fn addressed(kind: u16) -> u16 {
     }
 }
 
-/// A Raft message for the member of one store: `to` is the store the sender's replica
-/// records for the recipient's name ([`crate::cluster::Cluster::stores`]), `None` while
-/// it records none (the member has not opened a session since the cluster reached
-/// [`crate::version::ADDRESSED`]). A node under that name with another store refuses
-/// it: it is not the member the sender means, only its successor under the same name.
+/// A Raft message for the member of one store, from the member of one store: `to` is
+/// the store the sender's replica records for the recipient's name
+/// ([`crate::cluster::Cluster::stores`]), `None` while it records none (the member has
+/// not opened a session since the cluster reached [`crate::version::ADDRESSED`]). A node
+/// under that name with another store refuses it: it is not the member the sender means,
+/// only its successor under the same name. `from` is the sender's own store: a node
+/// refuses a message from a store its replica has retired (the name was removed with it,
+/// `Cluster::retired`), so a process still running on a removed member's data dir cannot
+/// speak for the member its name now is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Addressed<T> {
     pub to: Option<crate::cluster::StoreId>,
+    pub from: crate::cluster::StoreId,
     pub request: T,
 }
 

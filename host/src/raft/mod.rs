@@ -459,6 +459,7 @@ impl Control {
         let links = network::Links::default();
         let network = Network::new(
             me,
+            store,
             endpoint.clone(),
             links.clone(),
             options.max_payload,

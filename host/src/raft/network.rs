@@ -31,7 +31,8 @@
 //! its `_TO` kind (`kinds.rs`) and names the store the replica records for the peer's
 //! name: a node that lost its disk and rejoined under its old name refuses what was
 //! meant for its old self (`service.rs`), so a replica that missed its rejoin cannot
-//! count its vote as the old member's.
+//! count its vote as the old member's. Each also names the sender's own store, which a
+//! receiver refuses once its replica has retired it (the name was removed with it).
 //!
 //! Snapshots go as chunks (openraft's default `full_snapshot`, one INSTALL_SNAPSHOT call
 //! per `snapshot_max_chunk_size` bytes), each well below the transport's frame limit.
@@ -89,6 +90,8 @@ pub(crate) type Links = Arc<Mutex<HashMap<NodeId, Arc<Link>>>>;
 /// Makes a [`Client`] per peer; keeps one [`Link`] per peer across clients.
 pub(crate) struct Network {
     me: NodeId,
+    /// This node's store, which its addressed messages name as their sender's.
+    store: StoreId,
     endpoint: Endpoint,
     links: Links,
     max_payload: usize,
@@ -100,6 +103,7 @@ impl Network {
     /// its links in `links`; `cluster` is its replica, which says whom a message is for.
     pub(crate) fn new(
         me: NodeId,
+        store: StoreId,
         endpoint: Endpoint,
         links: Links,
         max_payload: usize,
@@ -107,6 +111,7 @@ impl Network {
     ) -> Network {
         Network {
             me,
+            store,
             endpoint,
             links,
             max_payload,
@@ -128,6 +133,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             .clone();
         Client {
             me: self.me,
+            store: self.store,
             target,
             peer: node.clone(),
             link,
@@ -160,6 +166,7 @@ pub(crate) fn dropped(from: &str, to: &str, kind: u16) -> bool {
 /// Sends Raft messages to one peer.
 pub(crate) struct Client {
     me: NodeId,
+    store: StoreId,
     target: NodeId,
     peer: Peer,
     link: Arc<Link>,
@@ -210,7 +217,11 @@ impl Client {
         let ttl = option.hard_ttl();
         match self.addressee() {
             Some(to) => {
-                let addressed = Addressed { to, request };
+                let addressed = Addressed {
+                    to,
+                    from: self.store,
+                    request,
+                };
                 self.request::<_, T, W, E>(kinds::addressed(plain), action, &addressed, ttl)
                     .await
             }

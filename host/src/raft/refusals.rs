@@ -15,7 +15,8 @@
 //! - [`Refusal::RemovedStore`]: a join from a process whose store is not its name's
 //!   member's: the member was removed with that store, or runs on another
 //!   (`membership.rs`; the state machine refuses such a process's commands too:
-//!   `cluster/once.rs`).
+//!   `cluster/once.rs`); or a Raft message from a store the member was removed with
+//!   (`service.rs`).
 //!
 //! Each is counted (`tenure_control_refused_total`) and logged as `security.rejected`,
 //! at most [`LOG_LIMIT`] lines a minute per reason: a hostile member could otherwise fill

@@ -90,6 +90,32 @@ async fn a_removed_member_s_store_is_refused_for_good() {
     assert_eq!(retired(&group), (true, Some(new_store)));
     group.converge(&all).await;
 
+    // A Raft message of the name that names the retired store as its sender's (as the
+    // old process, still running elsewhere, sends them) is refused; the new store's is
+    // not refused for it.
+    let target = all
+        .iter()
+        .copied()
+        .find(|n| *n != gone && *n != leader)
+        .unwrap();
+    let from_old = vote_as(&group, gone, old_store, target).await;
+    assert!(
+        matches!(&from_old, Err(why) if why.contains("removed from the cluster with that store")),
+        "{from_old:?}"
+    );
+    let refused = group.control(target).shared.refusals.counts();
+    assert!(
+        refused
+            .iter()
+            .any(|(why, n)| *why == super::refusals::Refusal::RemovedStore && *n > 0),
+        "{refused:?}"
+    );
+    let from_new = vote_as(&group, gone, new_store, target).await;
+    assert!(
+        !matches!(&from_new, Err(why) if why.contains("removed from the cluster")),
+        "{from_new:?}"
+    );
+
     // The old process again, elsewhere (a machine that was only paused comes back), while
     // the new one is away: with `join`, refused.
     group.stop(gone).await;
@@ -122,6 +148,32 @@ async fn a_removed_member_s_store_is_refused_for_good() {
         "{why}"
     );
     group.shutdown().await;
+}
+
+/// Sends `to` a vote request of the current term from node `name`'s endpoint, naming
+/// `store` as the sender's store: the answer's bytes, or the refusal.
+async fn vote_as(
+    group: &Group,
+    name: &str,
+    store: crate::cluster::StoreId,
+    to: &str,
+) -> Result<Vec<u8>, String> {
+    let control = group.control(name);
+    let term = control.metrics().borrow().current_term;
+    let request = super::kinds::Addressed {
+        to: Some(group.control(to).store_id()),
+        from: store,
+        request: super::types::VoteRequest {
+            vote: openraft::Vote::new(term, super::types::node_id(name)),
+            last_log_id: None,
+        },
+    };
+    let rpc = control.shared.endpoint.get().unwrap().rpc;
+    let addr = group.node(to).addr.parse().unwrap();
+    let payload = postcard::to_allocvec(&request).unwrap();
+    rpc.call(to, addr, super::kinds::VOTE_TO, payload)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Whether the leader's Raft membership lists `name` at `addr` (the new node's address,

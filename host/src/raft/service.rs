@@ -138,11 +138,13 @@ impl Shared {
             }
             APPEND_ENTRIES_TO => {
                 let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
+                self.check_sender_store(from, addressed.from, "AppendEntries")?;
                 self.append(from, addressed.to, addressed.request).await
             }
             VOTE => self.vote(from, None, decode(kind, payload)?).await,
             VOTE_TO => {
                 let addressed: Addressed<_> = decode(kind, payload)?;
+                self.check_sender_store(from, addressed.from, "vote request")?;
                 self.vote(from, addressed.to, addressed.request).await
             }
             INSTALL_SNAPSHOT => {
@@ -151,6 +153,7 @@ impl Shared {
             }
             INSTALL_SNAPSHOT_TO => {
                 let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
+                self.check_sender_store(from, addressed.from, "snapshot chunk")?;
                 self.snapshot(from, addressed.to, addressed.request).await
             }
             PROPOSE => {
@@ -272,6 +275,26 @@ impl Shared {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Refuses a Raft message from a store this node's replica has retired: the process
+    /// of a member removed with that store, still running under the name a new store of
+    /// it has since joined as (`Cluster::retired`).
+    fn check_sender_store(&self, from: &str, store: StoreId, what: &str) -> Result<(), String> {
+        let retired = {
+            let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
+            cluster.is_retired(from, store)
+        };
+        if !retired {
+            return Ok(());
+        }
+        let error = format!(
+            "a {what} from {from} of store {store}, which was removed from the cluster with \
+             that store: that process must stop (a new member under the name {from} may \
+             run elsewhere)"
+        );
+        self.refusals.record(Refusal::RemovedStore, from, &error);
+        Err(error)
     }
 
     /// Refuses a Raft message from a node that is not a member here (`Shared::may_lead`).
