@@ -514,9 +514,14 @@ fn kill_owner(
     let inherited = cluster.find_event(|_, e| {
         (e.name == "lease.inherited" && e.at_us > killed_us).then(|| {
             format!(
-                " (new leader's base from {}, {} ms before its lease.inherited)",
+                " (new leader's base from {}, {} ms before its lease.inherited; {} session(s) \
+                 at their own renewal, the earliest {} ms before)",
                 e.str("from").unwrap_or("?"),
-                e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0)
+                e.field("base_ms_ago").and_then(Value::as_u64).unwrap_or(0),
+                e.field("renewals").and_then(Value::as_u64).unwrap_or(0),
+                e.field("earliest_ms_ago")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
             )
         })
     });
