@@ -271,7 +271,7 @@ fn failover_section(
             killed_us,
             latency,
             successor,
-            ..
+            inherited,
         } = kill_owner(&mut cluster, owner, token, ttl)?;
         // The leader's decision: the committed expiry of the killed node's session.
         let expired = cluster.find_event(|_, e| {
@@ -292,7 +292,7 @@ fn failover_section(
             None
         };
         println!(
-            "  trial {:2}: killed {} ({}), {} started after {latency:.1} ms{}{}",
+            "  trial {:2}: killed {} ({}), {} started after {latency:.1} ms{}{}{}",
             trial + 1,
             cluster.name(owner),
             if was_leader { "leader" } else { "follower" },
@@ -301,6 +301,7 @@ fn failover_section(
                 " (expiry committed at {ms:.1} ms)"
             )),
             elected.map_or(String::new(), |ms| format!(" (new leader at {ms:.1} ms)")),
+            inherited.filter(|_| was_leader).unwrap_or_default(),
         );
         elections.extend(elected);
         all.push(latency);
