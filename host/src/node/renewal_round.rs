@@ -33,7 +33,10 @@
 //! latest term below L2's that it heard: L1's, and then L1's latest record of s, at or
 //! after a; or a later leader's, elected after a (its electing quorum met Q in a voter
 //! that took L1's round before it voted), and a leader times a renewal only once it
-//! leads. L2 takes
+//! leads. M and Q meet only if they are majorities of one membership: a voter answers
+//! for a session only under the membership it recorded it under, and one that appended
+//! a membership change since heard that change's leader after its record, so its answer
+//! for the node (later) stands in. L2 takes
 //! per session the latest over M, each erring late, so the session's clock starts at or
 //! after a, and the session expires after its owner's deadline. A voter that only heard
 //! a leader which acknowledged renewals without a round (its replica below
@@ -140,8 +143,11 @@ impl RenewalRounds {
             if results.keys().next_back().is_some_and(|last| *last > mine) {
                 return Err("the renewal round that carried this renewal is forgotten".into());
             }
-            // The round numbered `mine` has not run, and none can start while the lock
-            // is held: it is this one.
+            // No round numbered `mine` has a result, and none can start while the lock is
+            // held: the next is `mine` itself, unless a caller that took `mine` was
+            // dropped mid-round (its result never written). Then this runs a later one,
+            // and `mine` is answered "forgotten" below: an error, never an
+            // acknowledgement of a renewal no finished round carried.
             let (number, of, carried) = self.take();
             let result = run(of, carried).await;
             results.insert(number, (of, result));
@@ -168,12 +174,15 @@ impl RenewalRounds {
         let number = queue.next;
         queue.next += 1;
         let waiting = std::mem::take(&mut queue.waiting);
+        // Terms only go up: a renewal of a term below the last one carried waited too
+        // long and is dropped, and `latest` is kept until a higher term comes.
         let term = waiting
             .iter()
             .map(|(t, _, _)| *t)
             .max()
-            .unwrap_or(queue.term);
-        if term != queue.term {
+            .unwrap_or(queue.term)
+            .max(queue.term);
+        if term > queue.term {
             queue.term = term;
             queue.latest.clear();
         }
@@ -385,5 +394,23 @@ mod tests {
             .push((6, 2, t0 + MS(70)));
         let refused = rounds.confirm(5, 3, t0 + MS(80), ok).await;
         assert!(refused.is_err(), "{refused:?}");
+        // A renewal of term 5 that waited past that round neither takes the round back
+        // to term 5 nor clears what term 6 carried.
+        rounds
+            .queue
+            .lock()
+            .unwrap()
+            .waiting
+            .push((5, 4, t0 + MS(90)));
+        let (_, term, carried) = rounds.take();
+        assert_eq!((term, carried), (6, vec![]));
+        rounds
+            .queue
+            .lock()
+            .unwrap()
+            .waiting
+            .push((6, 2, t0 + MS(65)));
+        let (_, _, carried) = rounds.take();
+        assert_eq!(carried, vec![(2, t0 + MS(70))]);
     }
 }

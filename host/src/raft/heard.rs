@@ -44,13 +44,18 @@
 //! per session the latest such time with its term ([`Heard::record_renewals`]). Asked by
 //! the leader of term t, it answers per session the time since that record only if the
 //! record is of the latest term below t it heard ([`Heard::renewals_below`]); otherwise
-//! (no record, one of an older term, one dropped past [`RENEWALS_KEPT`]) it answers
-//! nothing for the session and the asker uses this node's answer above for it. Why the
+//! (no record, one of an older term, one made under another membership than this node's
+//! now, one dropped past [`RENEWALS_KEPT`]) it answers nothing for the session and the
+//! asker uses this node's answer above for it. Why the
 //! latest term: a leader that acknowledged a renewal without telling its voters (its
 //! replica had not yet applied the cluster version that allows the round) leaves only
 //! older records behind, and each of its voters has heard it, in a later term than those
-//! records. A record is never later than the hearing recorded with it, so a session's
-//! answer is never later than the node's.
+//! records. Why the same membership: the asker's majority meets the quorum of the round
+//! that carried a session's last acknowledged renewal only if both are majorities of one
+//! configuration; a voter that appended a membership change since its record heard that
+//! change's leader later than the record, so its answer for the node stands in. A record
+//! is never later than the hearing recorded with it, so a session's answer is never
+//! later than the node's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -103,8 +108,9 @@ struct Records {
     last: BTreeMap<u64, Instant>,
     /// The lowest term whose record was dropped (records go lowest first).
     first_dropped: Option<u64>,
-    /// session → the term and time of the latest renewal of it a leader's round reported.
-    renewals: HashMap<u64, (u64, Instant)>,
+    /// session → the term and time of the latest renewal of it a leader's round reported,
+    /// and the membership this node had then (the log index of its configuration).
+    renewals: HashMap<u64, (u64, Instant, u64)>,
 }
 
 impl Heard {
@@ -139,23 +145,33 @@ impl Heard {
         records.heard(term, at);
     }
 
-    /// Records a leader's renewal round of `term`, heard at `at`: a hearing, and per
-    /// session the time its renewal reached the leader (no later than `at`).
-    pub(crate) fn record_renewals(&self, term: u64, at: Instant, renewals: &[(u64, Instant)]) {
+    /// Records a leader's renewal round of `term`, heard at `at` while this node's
+    /// membership was the configuration at log index `config`: a hearing, and per session
+    /// the time its renewal reached the leader (no later than `at`).
+    pub(crate) fn record_renewals(
+        &self,
+        term: u64,
+        config: u64,
+        at: Instant,
+        renewals: &[(u64, Instant)],
+    ) {
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         records.heard(term, at);
         for &(session, received) in renewals {
             let received = received.min(at);
-            let entry = records.renewals.entry(session).or_insert((term, received));
-            if (term, received) > *entry {
-                *entry = (term, received);
+            let entry = records
+                .renewals
+                .entry(session)
+                .or_insert((term, received, config));
+            if (term, received) > (entry.0, entry.1) {
+                *entry = (term, received, config);
             }
         }
         if records.renewals.len() > RENEWALS_KEPT {
             // The oldest go, an eighth more than needed, so a full table is sorted once
             // per eighth of it, not once per record.
-            let mut kept: Vec<(u64, (u64, Instant))> = records.renewals.drain().collect();
-            kept.sort_unstable_by_key(|(_, at)| std::cmp::Reverse(*at));
+            let mut kept: Vec<(u64, (u64, Instant, u64))> = records.renewals.drain().collect();
+            kept.sort_unstable_by_key(|(_, (term, at, _))| std::cmp::Reverse((*term, *at)));
             kept.truncate(RENEWALS_KEPT - RENEWALS_KEPT / 8);
             records.renewals.extend(kept);
         }
@@ -173,12 +189,14 @@ impl Heard {
     }
 
     /// Per session of `sessions`, how long ago a renewal of it reached a leader of the
-    /// latest term below `term` this node heard, as that leader's round reported it;
-    /// `None` where this node cannot say (see the module doc): the asker then uses
-    /// [`Heard::since_below`]'s answer for it. Call [`Heard::settle`] first.
+    /// latest term below `term` this node heard, as that leader's round reported it, if
+    /// this node's membership is still the one it had then (`config`, the log index of its
+    /// configuration); `None` where this node cannot say (see the module doc): the asker
+    /// then uses [`Heard::since_below`]'s answer for it. Call [`Heard::settle`] first.
     pub(crate) fn renewals_below(
         &self,
         term: u64,
+        config: u64,
         sessions: &[u64],
         now: Instant,
     ) -> Vec<Option<Duration>> {
@@ -187,7 +205,9 @@ impl Heard {
         sessions
             .iter()
             .map(|session| match records.renewals.get(session) {
-                Some(&(of, at)) if Some(of) == latest => Some(now.saturating_duration_since(at)),
+                Some(&(of, at, under)) if Some(of) == latest && under == config => {
+                    Some(now.saturating_duration_since(at))
+                }
                 _ => None,
             })
             .collect()
@@ -275,28 +295,33 @@ mod tests {
         let heard = Heard::started_at(t0);
         let ms = Duration::from_millis;
         // Term 3's leader reported sessions 7 and 8; a later round of term 3, 7 again.
-        heard.record_renewals(3, t0 + ms(100), &[(7, t0 + ms(90)), (8, t0 + ms(95))]);
-        heard.record_renewals(3, t0 + ms(300), &[(7, t0 + ms(280))]);
+        heard.record_renewals(3, 0, t0 + ms(100), &[(7, t0 + ms(90)), (8, t0 + ms(95))]);
+        heard.record_renewals(3, 0, t0 + ms(300), &[(7, t0 + ms(280))]);
         let now = t0 + ms(1000);
         assert_eq!(
-            heard.renewals_below(4, &[7, 8, 9], now),
+            heard.renewals_below(4, 0, &[7, 8, 9], now),
             vec![Some(ms(720)), Some(ms(905)), None]
         );
         // A session's answer is never later than the node's own.
         assert_eq!(heard.since_below(4, now), Since::Heard(ms(700)));
         // An asker of term 3 itself: nothing below it was heard.
-        assert_eq!(heard.renewals_below(3, &[7], now), vec![None]);
+        assert_eq!(heard.renewals_below(3, 0, &[7], now), vec![None]);
         // Term 5's leader was heard with no renewal round (it could not send one): the
         // records of term 3 may be older than its last acknowledgement, so none counts.
         heard.record(5, t0 + ms(500));
-        assert_eq!(heard.renewals_below(6, &[7, 8], now), vec![None, None]);
+        assert_eq!(heard.renewals_below(6, 0, &[7, 8], now), vec![None, None]);
         // Its round of 7 counts again, for askers above 5.
-        heard.record_renewals(5, t0 + ms(600), &[(7, t0 + ms(590))]);
+        heard.record_renewals(5, 0, t0 + ms(600), &[(7, t0 + ms(590))]);
         assert_eq!(
-            heard.renewals_below(6, &[7, 8], now),
+            heard.renewals_below(6, 0, &[7, 8], now),
             vec![Some(ms(410)), None]
         );
-        assert_eq!(heard.renewals_below(4, &[7], now), vec![None]);
+        assert_eq!(heard.renewals_below(4, 0, &[7], now), vec![None]);
+        // A membership change appended since (configuration at log index 12): none
+        // counts; a round under the new membership does.
+        assert_eq!(heard.renewals_below(6, 12, &[7], now), vec![None]);
+        heard.record_renewals(5, 12, t0 + ms(650), &[(7, t0 + ms(640))]);
+        assert_eq!(heard.renewals_below(6, 12, &[7], now), vec![Some(ms(360))]);
     }
 
     /// A reported receive time is never taken as later than the round's own hearing, and a
@@ -306,17 +331,17 @@ mod tests {
         let t0 = Instant::now();
         let heard = Heard::started_at(t0);
         let ms = Duration::from_millis;
-        heard.record_renewals(1, t0 + ms(10), &[(1, t0 + ms(50))]);
+        heard.record_renewals(1, 0, t0 + ms(10), &[(1, t0 + ms(50))]);
         assert_eq!(
-            heard.renewals_below(2, &[1], t0 + ms(100)),
+            heard.renewals_below(2, 0, &[1], t0 + ms(100)),
             vec![Some(ms(90))]
         );
         let many: Vec<(u64, Instant)> = (0..RENEWALS_KEPT as u64)
             .map(|s| (s + 10, t0 + ms(20) + Duration::from_micros(s)))
             .collect();
-        heard.record_renewals(1, t0 + ms(30), &many);
+        heard.record_renewals(1, 0, t0 + ms(30), &many);
         let newest = RENEWALS_KEPT as u64 + 9;
-        let answers = heard.renewals_below(2, &[1, 10, newest], t0 + ms(100));
+        let answers = heard.renewals_below(2, 0, &[1, 10, newest], t0 + ms(100));
         assert_eq!(answers[0], None, "the oldest record stayed");
         assert_eq!(answers[1], None, "the table did not drop a batch");
         assert!(answers[2].is_some(), "the newest record went");

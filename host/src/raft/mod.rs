@@ -814,7 +814,11 @@ impl Control {
         self.shared.heard.settle().await;
         let now = Instant::now();
         let since = self.shared.heard.since_below(term, now);
-        let renewals = self.shared.heard.renewals_below(term, sessions, now);
+        let config = self.config_index();
+        let renewals = self
+            .shared
+            .heard
+            .renewals_below(term, config, sessions, now);
         tracing::debug!(term, ?since, "lease handoff: answered");
         (since.elapsed(), renewals)
     }
@@ -838,11 +842,19 @@ impl Control {
         if !leads {
             return Err(format!("no longer the leader of term {term}"));
         }
+        let config = self.config_index();
         self.shared
             .heard
-            .record_renewals(term, Instant::now(), renewals);
+            .record_renewals(term, config, Instant::now(), renewals);
         drop(hearing);
         Ok(())
+    }
+
+    /// The log index of this node's membership configuration (0 before it has one): a
+    /// renewal record counts only under the membership it was made under (`heard.rs`).
+    fn config_index(&self) -> u64 {
+        let metrics = self.shared.metrics.borrow();
+        metrics.membership_config.log_id().map_or(0, |id| id.index)
     }
 
     /// A voter's side of a renewal round: taken only from the leader this node follows
@@ -892,7 +904,10 @@ impl Control {
                 (session, now.checked_sub(ago).unwrap_or(now))
             })
             .collect();
-        self.shared.heard.record_renewals(term, now, &received);
+        let config = self.config_index();
+        self.shared
+            .heard
+            .record_renewals(term, config, now, &received);
         drop(hearing);
         Ok(())
     }
