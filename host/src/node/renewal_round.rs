@@ -36,12 +36,11 @@
 //! leads. M and Q meet only if they are majorities of one membership: a voter answers
 //! for a session only under the membership it recorded it under, and one that appended
 //! a membership change since heard that change's leader after its record, so its answer
-//! for the node (later) stands in. L2 takes
-//! per session the latest over M, each erring late, so the session's clock starts at or
-//! after a, and the session expires after its owner's deadline. A voter that only heard
-//! a leader which acknowledged renewals without a round (its replica below
-//! [`crate::version::RENEWAL_ROUNDS`]) keeps only records of an older term than that
-//! hearing, which it then answers as "cannot say".
+//! for the node (later) stands in. L2 takes per session the latest over M, each erring
+//! late, so the session's clock starts at or after a, and the session expires after its
+//! owner's deadline. A voter that only heard a leader which acknowledged renewals
+//! without a round (its replica below [`crate::version::RENEWAL_ROUNDS`]) keeps only
+//! records of an older term than that hearing, which it then answers as "cannot say".
 //!
 //! Until the cluster's version is [`crate::version::RENEWAL_ROUNDS`], no round is sent
 //! (a version 6 node does not know the kind), and renewals are acknowledged as before.
