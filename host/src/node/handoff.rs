@@ -35,6 +35,14 @@
 //! has not seen renewed in its term at base (so expires it at base + T ≥ a + T > D).
 //! Until it has a majority of answers it expires nothing. A session opened after that
 //! starts its clock at first sight, as before.
+//!
+//! **Per session** (issue 30 item 4). The base is about when the old leader died, a whole
+//! T before an owner that led loses its slots. So the question also names the sessions
+//! the new leader holds, and each voter answers per session when the old leader's
+//! renewal rounds said its last renewal arrived, where it can say; the new leader takes
+//! per session the latest over M (a voter that cannot say counting with its answer for
+//! the node) and starts the session's clock there when that is before the base
+//! ([`latest`]). `renewal_round.rs` has the argument for this part.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -108,7 +116,9 @@ async fn answer_for(
     Ok((heard, renewals.into_iter().map(|e| e.map(micros)).collect()))
 }
 
-fn micros(d: Duration) -> u64 {
+/// A duration in whole microseconds, as the handoff's and the renewal round's messages
+/// carry it.
+pub(super) fn micros(d: Duration) -> u64 {
     d.as_micros().try_into().unwrap_or(u64::MAX)
 }
 
@@ -151,15 +161,17 @@ impl BaseFrom {
 /// not bound the past.
 pub fn estimate(received: Instant, heard: &Heard) -> (Instant, BaseFrom) {
     match heard.elapsed_us {
-        // Shrunk by the clock-rate margin: an overestimate would move the base early.
-        Some(us) => (
-            received
-                .checked_sub(Duration::from_micros(us - us / 20))
-                .unwrap_or(received),
-            BaseFrom::Answers,
-        ),
+        Some(us) => (back(received, us), BaseFrom::Answers),
         None => (received, BaseFrom::Election),
     }
+}
+
+/// `received` minus `us` microseconds shrunk by the clock-rate margin: an overestimate
+/// of an elapsed time would move a base early.
+fn back(received: Instant, us: u64) -> Instant {
+    received
+        .checked_sub(Duration::from_micros(us - us / 20))
+        .unwrap_or(received)
 }
 
 /// One voter's answer as times on this node's clock, erring late: for the whole node
@@ -176,16 +188,7 @@ impl Answer {
         let sessions = sessions
             .iter()
             .zip(renewals)
-            .filter_map(|(session, us)| {
-                let us = (*us)?;
-                let (at, _) = estimate(
-                    received,
-                    &Heard {
-                        elapsed_us: Some(us),
-                    },
-                );
-                Some((*session, at))
-            })
+            .filter_map(|(session, us)| Some((*session, back(received, (*us)?))))
             .collect();
         Answer {
             node: estimate(received, heard),

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use super::handoff::quorum;
+use super::handoff::{micros, quorum};
 use super::shared::Shared;
 
 /// The message kind of a renewal round (see `crate::raft` for the numbering).
@@ -265,16 +265,22 @@ pub async fn take(shared: &Shared, from: &str, carried: Carried) -> Result<(), S
         .await
 }
 
-fn micros(d: Duration) -> u64 {
-    d.as_micros().try_into().unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::sync::oneshot;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// Queues a renewal of `session` in `term`, received at `at`, with no caller.
+    fn wait(rounds: &RenewalRounds, term: u64, session: u64, at: Instant) {
+        rounds
+            .queue
+            .lock()
+            .unwrap()
+            .waiting
+            .push((term, session, at));
+    }
 
     /// A renewal that was waiting when a round took the queue gets that round's result,
     /// even when the round was started by another renewal's caller and a later round
@@ -370,45 +376,21 @@ mod tests {
         let ok = |_: u64, _: Vec<(u64, Instant)>| async { Ok(()) };
         assert_eq!(rounds.confirm(5, 1, t0 + MS(50), ok).await, Ok(()));
         // An older renewal of session 1 and one of an earlier term wait together.
-        rounds
-            .queue
-            .lock()
-            .unwrap()
-            .waiting
-            .push((4, 9, t0 + MS(60)));
-        let (_, term, carried) = {
-            let mut queue = rounds.queue.lock().unwrap();
-            queue.waiting.push((5, 1, t0 + MS(10)));
-            drop(queue);
-            rounds.take()
-        };
+        wait(&rounds, 4, 9, t0 + MS(60));
+        wait(&rounds, 5, 1, t0 + MS(10));
+        let (_, term, carried) = rounds.take();
         assert_eq!(term, 5);
         assert_eq!(carried, vec![(1, t0 + MS(50))]);
         // A caller of an older term, whose round carried a newer term's renewals.
-        rounds
-            .queue
-            .lock()
-            .unwrap()
-            .waiting
-            .push((6, 2, t0 + MS(70)));
+        wait(&rounds, 6, 2, t0 + MS(70));
         let refused = rounds.confirm(5, 3, t0 + MS(80), ok).await;
         assert!(refused.is_err(), "{refused:?}");
         // A renewal of term 5 that waited past that round neither takes the round back
         // to term 5 nor clears what term 6 carried.
-        rounds
-            .queue
-            .lock()
-            .unwrap()
-            .waiting
-            .push((5, 4, t0 + MS(90)));
+        wait(&rounds, 5, 4, t0 + MS(90));
         let (_, term, carried) = rounds.take();
         assert_eq!((term, carried), (6, vec![]));
-        rounds
-            .queue
-            .lock()
-            .unwrap()
-            .waiting
-            .push((6, 2, t0 + MS(65)));
+        wait(&rounds, 6, 2, t0 + MS(65));
         let (_, _, carried) = rounds.take();
         assert_eq!(carried, vec![(2, t0 + MS(70))]);
     }
