@@ -564,6 +564,76 @@ fn a_rolling_upgrade_moves_every_slot_to_the_new_version_by_handover() {
     }
 }
 
+/// Issue 26 item 6: of two manifests of one plugin version on different nodes, the one
+/// installed last runs, whichever digest is greater, and `tenure status` warns that the
+/// nodes disagree. n1 installs an edited manifest of 1.0.0 (B), and the slot runs B on
+/// n1; n2 and n3 install B too; then n1 installs the first manifest (A) again, and the
+/// slot runs A on n1. A rule by digest would need B > A for the first step and A > B
+/// for the last: it gets one of them wrong, whichever digest is greater.
+#[test]
+fn of_two_manifests_of_one_version_the_one_installed_last_runs() {
+    let mut c = Cluster::builder(3).build();
+    let hb = plugins().heartbeat_bytes();
+    let first = manifest("edit", 1, "1.0.0");
+    let edited = format!("{first}max_restarts = 5\n");
+    c.install_plugin_everywhere("edit", &first, &hb);
+    c.start();
+    wait_status(&c, "the cluster at the version that orders installs", |s| {
+        s["version"].as_u64() >= Some(7)
+    });
+    let a = c.wait_owners("edit", 1, |_| true)[0].digest.clone();
+    let n1 = c.name(0).to_string();
+    let install = |c: &Cluster, i: usize, manifest: &str, not: &str| -> String {
+        let from = c.events_of(i).len();
+        c.install_plugin(i, "edit", manifest, &hb);
+        let loaded = c.wait_event(i, "the manifest loaded", from, |e| {
+            is("plugin.loaded").with("plugin", "edit").matches(e) && e["digest"] != not
+        });
+        str_field(&loaded, "digest").to_string()
+    };
+    let warning = |c: &Cluster| -> Option<String> {
+        let text = c.admin(&["status"]);
+        let text = String::from_utf8_lossy(&text.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("warning: the nodes disagree on edit"));
+        line.map(str::to_owned)
+    };
+
+    eprintln!("phase: n1 installs an edited manifest of 1.0.0");
+    let b = install(&c, 0, &edited, &a);
+    c.wait_owners("edit", 1, |o| o[0].digest == b && o[0].node == n1);
+    let said = warning(&c).expect("a warning that the nodes disagree");
+    assert!(
+        said.contains(&format!("{} tickets=1 runs (installed last)", &b[..19])),
+        "{said}"
+    );
+
+    eprintln!("phase: n2 and n3 install it too, then n1 installs the first manifest again");
+    for i in [1, 2] {
+        install(&c, i, &edited, &a);
+    }
+    wait_status(&c, "every node advertises B", |s| {
+        let nodes = s["nodes"].as_array().cloned().unwrap_or_default();
+        nodes.iter().all(|n| {
+            let plugins = n["plugins"].as_array().cloned().unwrap_or_default();
+            plugins
+                .iter()
+                .any(|p| p["resource"] == "edit" && p["digest"] == b.as_str())
+        })
+    });
+    assert_eq!(warning(&c), None);
+    assert_eq!(install(&c, 0, &first, &b), a);
+    c.wait_owners("edit", 1, |o| o[0].digest == a && o[0].node == n1);
+    let said = warning(&c).expect("a warning that the nodes disagree");
+    assert!(
+        said.contains(&format!("{} tickets=1 runs (installed last)", &a[..19])),
+        "{said}"
+    );
+    c.stop_all();
+    assert_safe(&c.merged(), "edit", 1);
+}
+
 #[test]
 fn operators_drain_undrain_move_and_release_and_nodes_cannot() {
     let mut c = Cluster::builder(3).build();

@@ -159,6 +159,174 @@ fn a_host_not_listed_gets_nothing_and_the_plugin_sees_the_refusal() {
     assert!(other.requests().is_empty(), "{:?}", other.requests());
 }
 
+/// Issue 26 item 6: a manifest change is a new version. Narrowing
+/// `allowed_outbound_hosts` hands the running plugin over (cleanup `plugin-updated`, a
+/// new token), the new version has a new digest, and from then on the withdrawn host is
+/// refused. Before, the node reloaded the manifest under the same digest and the running
+/// instance kept reaching the withdrawn host until an operator released it.
+#[test]
+fn narrowing_a_grant_hands_the_plugin_over_and_the_withdrawn_host_is_refused() {
+    let server = Recorder::start();
+    let mut node = Node::new("narrowed");
+    let env = format!(
+        "env = {{ TARGET_URL = \"{}/hook\", INTERVAL_MS = \"100\" }}\n",
+        server.base()
+    );
+    install_webhook(
+        &node,
+        &format!("allowed_outbound_hosts = [\"{}\"]\n{env}", server.base()),
+    );
+    node.spawn();
+    let old = node.wait_for("webhook started", started("webhook"), WAIT);
+    let old_token = token(&old);
+    server.wait_for(2, WAIT);
+    let old_loaded = node.wait_for(
+        "plugin.loaded",
+        is("plugin.loaded").with("plugin", "webhook").f(),
+        WAIT,
+    );
+
+    eprintln!("phase: the grant is withdrawn from the manifest");
+    install_webhook(&node, &format!("allowed_outbound_hosts = []\n{env}"));
+    let cleanup = node.wait_for(
+        "the old instance's cleanup",
+        is("plugin.cleanup").with("token", old_token).f(),
+        WAIT,
+    );
+    assert_eq!(cleanup["reason"], "plugin-updated", "{cleanup}");
+    let new = node.wait_for(
+        "the new version started",
+        |e| started("webhook")(e) && e["token"].as_u64().is_some_and(|t| t > old_token),
+        WAIT,
+    );
+    let new_token = token(&new);
+    let refusal = node.wait_for(
+        "the withdrawn host refused",
+        is("plugin.effect_refused").with("token", new_token).f(),
+        WAIT,
+    );
+    assert_eq!(refusal["reason"], "not-allowed", "{refusal}");
+    let seen = server.requests().len();
+    node.wait_for(
+        "the new instance's third post, denied",
+        |e| {
+            log_starting("webhook", "post seq=3 failed: ")(e)
+                && e["token"].as_u64() == Some(new_token)
+        },
+        WAIT,
+    );
+    let events = node.events();
+    let new_loaded = all(&events, is("plugin.loaded").with("plugin", "webhook").f())
+        .map(|(_, e)| e)
+        .last()
+        .expect("the new plugin.loaded");
+    assert_ne!(
+        new_loaded["digest"], old_loaded["digest"],
+        "the narrowed manifest is a new version"
+    );
+    shut_down(&mut node);
+    let requests = server.requests();
+    assert_eq!(
+        requests.len(),
+        seen,
+        "requests after the refusal: {requests:?}"
+    );
+    for request in &requests {
+        assert_eq!(
+            request.header("tenure-token"),
+            Some(old_token.to_string().as_str()),
+            "only the old grant reached the host: {request:?}"
+        );
+    }
+}
+
+/// Issue 26 item 6: a secret's new value is used without ever entering the replicated
+/// state. The version (digest) does not change, since the digest is replicated and a
+/// hash of the value would let anyone who reads it check a guess; the node that runs
+/// the plugin restarts its own instance instead (cleanup `plugin-updated`,
+/// `plugin.secrets_changed`), and the next instance, under a new token, sends the new
+/// value.
+#[test]
+fn a_new_secret_value_restarts_the_instance_under_the_same_version() {
+    let server = Recorder::start();
+    let mut node = Node::new("secret-changed");
+    std::fs::create_dir(node.plugins_dir().join("secrets")).unwrap();
+    let secret = node.plugins_dir().join("secrets/api-token");
+    std::fs::write(&secret, "first\n").unwrap();
+    install_webhook(
+        &node,
+        &format!(
+            "allowed_outbound_hosts = [\"{base}\"]\n\
+             env = {{ TARGET_URL = \"{base}/hook\", INTERVAL_MS = \"100\" }}\n\
+             secrets = {{ API_TOKEN = \"secrets/api-token\" }}\n",
+            base = server.base()
+        ),
+    );
+    node.spawn();
+    let old = node.wait_for("webhook started", started("webhook"), WAIT);
+    let old_token = token(&old);
+    server.wait_for(2, WAIT);
+
+    eprintln!("phase: the secret file gets a new value");
+    let temp = node.plugins_dir().join("secrets/.api-token.partial");
+    std::fs::write(&temp, "second\n").unwrap();
+    std::fs::rename(&temp, &secret).unwrap();
+    let changed = node.wait_for(
+        "plugin.secrets_changed",
+        is("plugin.secrets_changed").with("token", old_token).f(),
+        WAIT,
+    );
+    assert_eq!(changed["resource"], "webhook", "{changed}");
+    let cleanup = node.wait_for(
+        "the old instance's cleanup",
+        is("plugin.cleanup").with("token", old_token).f(),
+        WAIT,
+    );
+    assert_eq!(cleanup["reason"], "plugin-updated", "{cleanup}");
+    let new = node.wait_for(
+        "the next instance started",
+        |e| started("webhook")(e) && e["token"].as_u64().is_some_and(|t| t > old_token),
+        WAIT,
+    );
+    let new_token = token(&new).to_string();
+    let deadline = Instant::now() + WAIT;
+    while !server
+        .requests()
+        .iter()
+        .any(|r| r.header("tenure-token") == Some(new_token.as_str()))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no request from the next instance"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let events = node.events();
+    let digests: Vec<&Value> = all(&events, is("plugin.loaded").with("plugin", "webhook").f())
+        .map(|(_, e)| &e["digest"])
+        .collect();
+    assert_eq!(
+        digests.len(),
+        2,
+        "loaded again for the new value: {digests:?}"
+    );
+    assert_eq!(
+        digests[0], digests[1],
+        "the version does not depend on the value"
+    );
+    shut_down(&mut node);
+    for request in server.requests() {
+        let auth = request.header("authorization");
+        let token = request.header("tenure-token");
+        if token == Some(new_token.as_str()) {
+            assert_eq!(auth, Some("Bearer second"), "{request:?}");
+        } else {
+            assert_eq!(token, Some(old_token.to_string().as_str()), "{request:?}");
+            assert_eq!(auth, Some("Bearer first"), "{request:?}");
+        }
+    }
+}
+
 /// Issue 28: a request to a granted host where nothing listens fails in the plugin as
 /// before, and the node's line about it names the plugin, its resource, slot and the
 /// host, with the error in words (before: `WARN connect error: Os { code: 111, kind:

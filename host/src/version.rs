@@ -56,6 +56,13 @@ pub const ADDRESSED: u32 = 7;
 /// release as [`STAMPS`].
 pub const RENEWAL_ROUNDS: u32 = 7;
 
+/// The version from which the state records when each member last installed something
+/// new for a resource ([`crate::cluster::Cluster::installed`]), and of two adverts of one
+/// plugin version that differ, the one installed last runs, not the greater digest
+/// (issue 26 item 6). Before it, every leader must choose as 0.2.0 does; the same release
+/// as [`STAMPS`].
+pub const INSTALL_ORDER: u32 = 7;
+
 /// The version of the operator protocol: the `N` of the request prefix `tenure-operator/N`.
 pub const ADMIN_VERSION: u32 = 8;
 

@@ -498,6 +498,7 @@ impl Status {
         } else {
             self.render_resources(&mut out);
         }
+        self.render_disagreements(&mut out);
 
         if !self.revoked.is_empty() {
             out.push('\n');
@@ -646,6 +647,66 @@ impl Status {
                 .iter()
                 .flat_map(|r| r.slots.iter().map(move |s| self.slot_row(r, s)));
             out.push_str(&table(&SLOT_HEADER, rows, ""));
+        }
+    }
+
+    /// A warning per resource whose live nodes have different files for its running
+    /// version (another build or another manifest of it; issue 26 item 6): the one
+    /// installed last runs, and the nodes with other files get none of its slots, which
+    /// an operator who meant to install the same files everywhere needs to hear. Nodes on
+    /// another version are a rollout under way, not a disagreement. At most
+    /// [`PROBLEMS_SHOWN`] resources.
+    fn render_disagreements(&self, out: &mut String) {
+        let live = || self.nodes.iter().filter(|n| n.session.is_some());
+        let mut warnings = self.resources.iter().filter_map(|r| {
+            let runs = r.plugin.as_ref()?;
+            let what = |p: &PluginView| format!("{} tickets={}", short(&p.digest), p.tickets);
+            let mut other_build = false;
+            let differ: Vec<String> = live()
+                .filter_map(|n| {
+                    let p = n.plugins.iter().find(|p| p.resource == r.name)?;
+                    if p.version != runs.version {
+                        return None;
+                    }
+                    other_build |= p.digest != runs.digest;
+                    (p.digest != runs.digest || p.tickets != runs.tickets)
+                        .then(|| format!("{} has {}", escape(&n.name), what(p)))
+                })
+                .collect();
+            let why = if self.version >= crate::version::INSTALL_ORDER {
+                "installed last"
+            } else {
+                "by digest, then tickets, until the cluster's version is raised"
+            };
+            // A node with another spec of the build runs it (with the winner's spec); one
+            // with another build runs nothing of it.
+            let idle = if other_build {
+                " Nodes with another digest get none of its slots."
+            } else {
+                ""
+            };
+            (!differ.is_empty()).then(|| {
+                format!(
+                    "warning: the nodes disagree on {} {}: {}; {} runs ({why}).{idle} \
+                     Install the same plugin and manifest on every node.",
+                    escape(&r.name),
+                    runs.version,
+                    differ.join(", "),
+                    what(runs),
+                )
+            })
+        });
+        let mut first = true;
+        for warning in warnings.by_ref().take(PROBLEMS_SHOWN) {
+            if first {
+                out.push('\n');
+                first = false;
+            }
+            let _ = writeln!(out, "{warning}");
+        }
+        let more = warnings.count();
+        if more > 0 {
+            let _ = writeln!(out, "(and {more} more resources whose nodes disagree)");
         }
     }
 

@@ -478,3 +478,56 @@ fn row_of(s: &Status, node: &str, resource: &str) -> PluginView {
         .unwrap()
         .clone()
 }
+
+/// Issue 26 item 6: nodes with other files for the running version are named in a
+/// warning, with what runs and why; nodes on another version (a rollout) are not.
+#[test]
+fn render_warns_when_the_nodes_disagree_on_a_version_s_files() {
+    let mut w = three_nodes();
+    w.apply(Command::RaiseVersion {
+        to: crate::version::INSTALL_ORDER,
+    });
+    // b installs another manifest of echo 1.0.0 with a smaller digest, later than a and
+    // c did (so the greater digest would not choose it); c gets solo 3.0.0, a rollout,
+    // not a disagreement.
+    w.advertise("b", "echo", "1.0.0", '0', 2);
+    w.advertise("c", "solo", "3.0.0", 't', 1);
+    let text = Status::build(&w.cluster, raft(), Vec::new(), NOW).render();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: the nodes disagree on echo 1.0.0: a has sha256:eeeeeeeeeeee tickets=2, \
+          c has sha256:eeeeeeeeeeee tickets=2; sha256:000000000000 tickets=2 runs (installed \
+          last). Nodes with another digest get none of its slots. Install the same plugin \
+          and manifest on every node."
+        ],
+        "{text}"
+    );
+
+    // Before the version, the greater digest runs, and the warning says so.
+    let mut w = three_nodes();
+    w.advertise("b", "echo", "1.0.0", '0', 2);
+    let text = Status::build(&w.cluster, raft(), Vec::new(), NOW).render();
+    assert!(
+        text.contains("warning: the nodes disagree on echo 1.0.0: b has sha256:000000000000 tickets=2; sha256:eeeeeeeeeeee tickets=2 runs (by digest, then tickets, until the cluster's version is raised). Nodes"),
+        "{text}"
+    );
+    // Another spec of the same build: named, but its node runs the build (before the
+    // version, the greater tickets win).
+    let mut w = three_nodes();
+    w.advertise("b", "echo", "1.0.0", 'e', 3);
+    let text = Status::build(&w.cluster, raft(), Vec::new(), NOW).render();
+    let warning = text
+        .lines()
+        .find(|l| l.starts_with("warning:"))
+        .expect(&text);
+    assert!(
+        warning.contains(": a has sha256:eeeeeeeeeeee tickets=2, c has sha256:eeeeeeeeeeee tickets=2; sha256:eeeeeeeeeeee tickets=3 runs"),
+        "{warning}"
+    );
+    assert!(!warning.contains("get none"), "{warning}");
+    // Agreeing nodes: no warning.
+    let text = Status::build(&three_nodes().cluster, raft(), Vec::new(), NOW).render();
+    assert!(!text.contains("warning:"), "{text}");
+}

@@ -68,10 +68,11 @@ pub struct Entry {
     /// The wasm bytes, read once so that what is hashed is what is compiled.
     pub wasm: Arc<[u8]>,
     /// What identifies this version of the plugin: `sha256:<hex>` of the wasm bytes, or,
-    /// when the manifest names secrets or keeps the state per slot, of the wasm bytes'
-    /// digest with those ([`version_digest`]). So a changed secret file, or a switch
-    /// between a shared and a per-slot state, is a new version, rolled out by handover
-    /// like a changed wasm file.
+    /// when the manifest grants capabilities, sets limits or keeps the state per slot, of
+    /// the wasm bytes' digest with those ([`version_digest`]). So a changed grant, limit,
+    /// environment value or secret path, or a switch between a shared and a per-slot
+    /// state, is a new version, rolled out by handover like a changed wasm file. A
+    /// secret's contents are not in it (see there).
     pub digest: String,
     /// The SHA-256 of the wasm bytes, in hex: what the runtime's compile cache and its
     /// shared builds are keyed by.
@@ -79,6 +80,36 @@ pub struct Entry {
     pub manifest: Manifest,
     /// The values of the manifest's `secrets`, read when the plugin was read.
     pub secrets: Secrets,
+}
+
+impl Entry {
+    /// The digest the node advertises and runs this plugin under at cluster version
+    /// `version`: [`Entry::digest`], except at a version below
+    /// [`crate::version::INSTALL_ORDER`] that a leader has raised (6: 0.2.0 members may
+    /// run beside this build), where it is the wasm's alone. 0.2.0 names a plugin
+    /// without secrets by its wasm, so a half-upgraded cluster agrees on each plugin's
+    /// build and its slots run on every node; a manifest's terms count from the raise,
+    /// when each node advertises its plugins again (one handover of each plugin whose
+    /// manifest sets any). A new cluster (version 0 until its first leader raises it)
+    /// uses [`Entry::digest`] from the start: it goes from 0 to this build's version.
+    /// (0.2.0 hashed secret values into its digest; this build never does, so a plugin
+    /// with secrets runs only on one side of a half-upgraded cluster.)
+    pub fn digest_at(&self, version: u32) -> String {
+        if (1..crate::version::INSTALL_ORDER).contains(&version) {
+            format!("sha256:{}", self.wasm_digest)
+        } else {
+            self.digest.clone()
+        }
+    }
+
+    /// Whether `other` is what these files held when read before: the same version, the
+    /// same manifest and the same secret values. Anything else is loaded again (a new
+    /// secret value under the same digest included: see [`version_digest`]).
+    pub fn same_files(&self, other: &Entry) -> bool {
+        self.digest == other.digest
+            && self.manifest == other.manifest
+            && self.secrets == other.secrets
+    }
 }
 
 /// Secret values by variable name. Its `Debug` shows the names only, so a secret cannot
@@ -105,29 +136,89 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
-/// The digest that names a plugin version (see [`Entry::digest`]), from the wasm bytes'
-/// SHA-256. Each field is length-prefixed, so no two different sets of secrets hash the
-/// same input. A plugin whose state is per slot is another version than the same wasm
-/// with a shared state (the two load different blobs): its digest says so, while a
-/// shared one's is what it always was.
-fn version_digest(wasm_digest: &[u8], secrets: &Secrets, state: manifest::StateScope) -> String {
-    let per_slot = state == manifest::StateScope::PerSlot;
-    if secrets.is_empty() && !per_slot {
+/// The digest that names a plugin version (see [`Entry::digest`]): the wasm bytes'
+/// SHA-256 alone while the manifest gives the instance nothing beyond the defaults
+/// (so a plain plugin's digest is what it always was), and otherwise a SHA-256 over that
+/// digest and every term of the manifest that changes what an instance may do or sees
+/// ([`run_terms`]), each length-prefixed so that no two manifests hash the same input.
+///
+/// What it leaves out: the resource's spec (`resource`, `tickets`, `version`,
+/// `[placement]`), which the advert carries beside the digest and which no running
+/// instance sees; and the contents of secret files. The digest enters the replicated
+/// state through the adverts, and a secret must not, not even as a hash (a guess could be
+/// checked against it); a secret file's path is in the digest, its contents are not. A
+/// node whose secret file changes under the same digest restarts its own instances of
+/// the plugin (`node/owner.rs`), so the new value is in use without the cluster ever
+/// learning anything of it.
+fn version_digest(wasm_digest: &[u8], manifest: &Manifest) -> String {
+    let terms = run_terms(manifest);
+    if terms.is_empty() {
         return format!("sha256:{}", hex::encode(wasm_digest));
     }
     let mut hash = Sha256::new();
-    hash.update(b"tenure plugin version with secrets\0");
-    if per_slot {
-        hash.update(b"state per slot\0");
-    }
+    hash.update(b"tenure plugin version with its manifest\0");
     hash.update(wasm_digest);
-    for (name, value) in secrets.iter() {
-        for field in [name.as_bytes(), value.as_bytes()] {
+    for (key, value) in &terms {
+        for field in [key.as_bytes(), value.as_bytes()] {
             hash.update((field.len() as u64).to_le_bytes());
             hash.update(field);
         }
     }
     format!("sha256:{}", hex::encode(hash.finalize()))
+}
+
+/// The manifest's terms that an instance runs under, as `(key, value)` text in one
+/// canonical order, leaving out each that has its default value (so writing a default
+/// out is not a new version): the state's scope, the limits, the outbound hosts (sorted:
+/// their order grants nothing), the environment and the secrets' names and paths.
+fn run_terms(manifest: &Manifest) -> Vec<(String, String)> {
+    let mut terms = Vec::new();
+    if manifest.state == manifest::StateScope::PerSlot {
+        terms.push(("state".into(), "per-slot".into()));
+    }
+    let (limits, default) = (&manifest.limits, manifest::Limits::default());
+    let mut limit = |key: &str, value: String, default: String| {
+        if value != default {
+            terms.push((format!("limits.{key}"), value));
+        }
+    };
+    limit(
+        "memory",
+        limits.memory.to_string(),
+        default.memory.to_string(),
+    );
+    let nanos = |d: std::time::Duration| d.as_nanos().to_string();
+    limit(
+        "stop_grace",
+        nanos(limits.stop_grace),
+        nanos(default.stop_grace),
+    );
+    let cleanup = nanos(limits.cleanup_timeout);
+    limit("cleanup_timeout", cleanup, nanos(default.cleanup_timeout));
+    let restarts = limits.max_restarts.to_string();
+    limit("max_restarts", restarts, default.max_restarts.to_string());
+    let window = nanos(limits.restart_window);
+    limit("restart_window", window, nanos(default.restart_window));
+    let capabilities = &manifest.capabilities;
+    let mut hosts: Vec<String> = capabilities
+        .allowed_outbound_hosts
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    terms.extend(
+        hosts
+            .into_iter()
+            .map(|h| ("allowed_outbound_host".into(), h)),
+    );
+    for (name, value) in &capabilities.env {
+        terms.push((format!("env.{name}"), value.clone()));
+    }
+    for (name, path) in &capabilities.secrets {
+        terms.push((format!("secrets.{name}"), path.display().to_string()));
+    }
+    terms
 }
 
 /// Reads the manifest's secret files, relative to `dir` (the plugins folder). An error
@@ -252,7 +343,7 @@ pub fn read_plugin(
     let secrets = read_secrets(dir, &manifest)?;
     let wasm_digest = Sha256::digest(&wasm);
     Ok(Entry {
-        digest: version_digest(&wasm_digest, &secrets, manifest.state),
+        digest: version_digest(&wasm_digest, &manifest),
         wasm_digest: hex::encode(wasm_digest),
         name,
         wasm_path: wasm_path.to_path_buf(),
@@ -515,7 +606,7 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_read_at_load_make_the_version_and_never_print() {
+    fn secrets_are_read_at_load_stay_out_of_the_version_and_never_print() {
         let dir = tempfile::tempdir().unwrap();
         let wasm = dir.path().join("a.wasm");
         let toml = dir.path().join("a.toml");
@@ -551,11 +642,74 @@ mod tests {
             format!("sha256:{}", hex::encode(Sha256::digest(&*plain.wasm)))
         );
 
-        // Another value is another version.
+        // Another value is the same version (the digest is replicated; the value must
+        // not be, even hashed), but not the same files: the node loads it again.
         std::fs::write(dir.path().join("secrets/token"), "hunter3").unwrap();
         let changed = read_plugin(&wasm, Some(&toml)).unwrap();
-        assert_ne!(changed.digest, entry.digest);
-        assert!(!changed.digest.contains("hunter"));
+        assert_eq!(changed.digest, entry.digest);
+        assert!(!changed.same_files(&entry));
+        // Another path is another version.
+        std::fs::write(dir.path().join("secrets/other"), "hunter3").unwrap();
+        std::fs::write(
+            &toml,
+            "[capabilities]\nsecrets = { API_TOKEN = \"secrets/other\" }\n",
+        )
+        .unwrap();
+        let moved = read_plugin(&wasm, Some(&toml)).unwrap();
+        assert_ne!(moved.digest, changed.digest);
+    }
+
+    /// Issue 26 item 6: what the manifest gives an instance is part of its version, what
+    /// only the placement reads is not, and a default written out changes nothing.
+    #[test]
+    fn a_changed_grant_limit_or_environment_is_another_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("a.wasm");
+        let toml = dir.path().join("a.toml");
+        std::fs::write(&wasm, b"\0asm\x0d\0\x01\0").unwrap();
+        let plain = read_plugin(&wasm, None).unwrap().digest;
+        let digest = |text: &str| {
+            std::fs::write(&toml, text).unwrap();
+            read_plugin(&wasm, Some(&toml)).unwrap().digest
+        };
+        let granted = "[capabilities]\nallowed_outbound_hosts = [\"http://a.example\", \"https://b.example\"]\nenv = { X = \"1\" }\n";
+        let base = digest(granted);
+        assert_ne!(base, plain);
+        // Spec only, or defaults written out: the same version.
+        assert_eq!(
+            digest(&format!(
+                "tickets = 3\nversion = \"2.0.0\"\n[placement]\nrequire = {{ zone = \"a\" }}\n[limits]\nmemory = \"64MiB\"\nmax_restarts = 3\n{granted}"
+            )),
+            base
+        );
+        // The hosts' order grants nothing.
+        assert_eq!(
+            digest(
+                "[capabilities]\nallowed_outbound_hosts = [\"https://b.example\", \"http://a.example\"]\nenv = { X = \"1\" }\n"
+            ),
+            base
+        );
+        let others = [
+            // A narrowed grant, another value, another variable, another limit.
+            "[capabilities]\nallowed_outbound_hosts = [\"http://a.example\"]\nenv = { X = \"1\" }\n",
+            "[capabilities]\nallowed_outbound_hosts = [\"http://a.example\", \"https://b.example\"]\nenv = { X = \"2\" }\n",
+            "[capabilities]\nallowed_outbound_hosts = [\"http://a.example\", \"https://b.example\"]\nenv = { Y = \"1\" }\n",
+            &format!("[limits]\nmemory = \"32MiB\"\n{granted}"),
+            &format!("[limits]\nstop_grace = \"1s\"\n{granted}"),
+            &format!("[limits]\ncleanup_timeout = \"1s\"\n{granted}"),
+            &format!("[limits]\nmax_restarts = 4\n{granted}"),
+            &format!("[limits]\nrestart_window = \"1m\"\n{granted}"),
+        ];
+        // Beside 0.2.0 (version 6) the wasm's digest alone, as 0.2.0 names it; in a new
+        // cluster (0) and from the raise (7) the whole version.
+        let entry = read_plugin(&wasm, Some(&toml)).unwrap();
+        assert_eq!(entry.digest_at(6), plain);
+        assert_eq!(entry.digest_at(0), entry.digest);
+        assert_eq!(entry.digest_at(crate::version::INSTALL_ORDER), entry.digest);
+        let mut seen = std::collections::BTreeSet::from([base, plain]);
+        for text in others {
+            assert!(seen.insert(digest(text)), "not a new version: {text}");
+        }
     }
 
     #[test]
@@ -601,7 +755,7 @@ mod tests {
         let Change::Upsert(second) = &changes[0] else {
             unreachable!()
         };
-        assert_ne!(first.digest, second.digest);
+        assert!(!first.same_files(second));
         assert!(w.poll(dir.path(), false).is_empty());
     }
 

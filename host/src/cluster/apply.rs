@@ -75,9 +75,11 @@ impl Cluster {
                     let gone = member.plugins.keys().filter(|r| !plugins.contains_key(*r));
                     gone.cloned().collect()
                 });
-                self.advertise(&node, plugins, remove)
+                self.advertise(index, &node, plugins, remove)
             }
-            Command::AdvertiseChanges { node, set, remove } => self.advertise(&node, set, remove),
+            Command::AdvertiseChanges { node, set, remove } => {
+                self.advertise(index, &node, set, remove)
+            }
             Command::OpenSession { node, at_ms } => {
                 let Some(member) = self.members.get_mut(&node) else {
                     return unknown(&node);
@@ -358,6 +360,11 @@ impl Cluster {
                 if before < crate::version::ADDRESSED && self.version >= crate::version::ADDRESSED {
                     self.record_live_stores();
                 }
+                if before < crate::version::INSTALL_ORDER
+                    && self.version >= crate::version::INSTALL_ORDER
+                {
+                    self.record_installed(index);
+                }
                 Response::Done
             }
             Command::Probe { node } => {
@@ -394,6 +401,7 @@ impl Cluster {
                 }
                 self.members.remove(&node);
                 self.applied.remove(&node);
+                self.installed.remove(&node);
                 if let Some(store) = self.stores.remove(&node) {
                     self.retired.entry(node.clone()).or_default().insert(store);
                 }
@@ -427,10 +435,14 @@ impl Cluster {
         Some((removed.owner, removed.term))
     }
 
-    /// Sets and removes adverts of a known member. A new version of a plugin gets a fresh
-    /// chance on a node that gave up on the old one.
+    /// Sets and removes the adverts of a known member, committed at `index`. A new digest
+    /// ends the member's cooldown for the resource (a new build gets a fresh chance on a
+    /// node that gave up on the old one), and (from [`crate::version::INSTALL_ORDER`]) an
+    /// advert of something the member had not installed before is recorded as installed
+    /// at `index` ([`Cluster::installed`]).
     fn advertise(
         &mut self,
+        index: u64,
         node: &str,
         set: BTreeMap<String, Advert>,
         remove: Vec<String>,
@@ -441,6 +453,7 @@ impl Cluster {
         for resource in remove {
             member.plugins.remove(&resource);
         }
+        let ordered = self.version >= crate::version::INSTALL_ORDER;
         for (resource, advert) in set {
             let changed = member
                 .plugins
@@ -452,9 +465,31 @@ impl Cluster {
                     self.cooldown.remove(&resource);
                 }
             }
+            if ordered {
+                let what = advert.installed();
+                let installed = self.installed.entry(node.to_owned()).or_default();
+                if installed.get(&resource).is_none_or(|i| i.what != what) {
+                    installed.insert(resource.clone(), Installed { at: index, what });
+                }
+            }
             member.plugins.insert(resource, advert);
         }
         Response::Done
+    }
+
+    /// Records every advert as installed at `index`, when the version that orders
+    /// installs is reached: all at once, so the adverts of before keep the order they had
+    /// (the greater digest) until a member installs something new, and a member that
+    /// advertises the same files again later is not taken for one that installed them.
+    fn record_installed(&mut self, index: u64) {
+        for (node, member) in &self.members {
+            let installed = self.installed.entry(node.clone()).or_default();
+            for (resource, advert) in &member.plugins {
+                let what = advert.installed();
+                installed.insert(resource.clone(), Installed { at: index, what });
+            }
+        }
+        self.installed.retain(|_, adverts| !adverts.is_empty());
     }
 
     /// Vacates every slot `node` holds.
@@ -639,6 +674,91 @@ mod tests {
         assert_eq!(log.apply(remove()), Response::Done);
         assert!(!log.cluster.members.contains_key("a"));
         assert!(log.cluster.revoked.contains_key("sha256:aa"));
+    }
+
+    /// Issue 26 item 6: from [`crate::version::INSTALL_ORDER`] each member's adverts
+    /// record when it installed them; the same files advertised again (a restart, which
+    /// withdraws every advert first) keep their index, anything else gets a new one.
+    #[test]
+    fn adverts_record_when_their_member_installed_them() {
+        let mut log = Log::new();
+        let at = |log: &Log, node: &str| log.cluster.installed.get(node)?.get("r").map(|i| i.at);
+        let set = |node: &str, advert: Advert| Command::AdvertiseChanges {
+            node: node.into(),
+            set: [("r".to_owned(), advert)].into(),
+            remove: Vec::new(),
+        };
+        log.cluster.version = crate::version::INSTALL_ORDER - 1;
+        log.apply(set("a", advert("d")));
+        assert!(
+            log.cluster.installed.is_empty(),
+            "nothing before the version"
+        );
+
+        // Raising the version records what every member advertises then, at once.
+        log.apply(Command::RaiseVersion {
+            to: crate::version::INSTALL_ORDER,
+        });
+        let first = log.index;
+        assert_eq!(at(&log, "a"), Some(first));
+        assert_eq!(at(&log, "b"), None, "b advertises nothing");
+        log.apply(set("a", advert("d")));
+        log.apply(Command::Advertise {
+            node: "a".into(),
+            plugins: BTreeMap::new(),
+        });
+        log.apply(set("a", advert("d")));
+        assert_eq!(
+            at(&log, "a"),
+            Some(first),
+            "the same files, withdrawn and back"
+        );
+        let footprint = Advert {
+            footprint: crate::cluster::Pool {
+                core_instances: 9,
+                ..Default::default()
+            },
+            ..advert("d")
+        };
+        log.apply(set("a", footprint));
+        assert_eq!(at(&log, "a"), Some(first), "a footprint is not installed");
+
+        for changed in [
+            advert("e"),
+            Advert {
+                tickets: 2,
+                ..advert("e")
+            },
+            Advert {
+                require: [("zone".to_owned(), "x".to_owned())].into(),
+                ..advert("e")
+            },
+            Advert {
+                version: semver::Version::new(2, 0, 0),
+                ..advert("e")
+            },
+        ] {
+            let before = at(&log, "a");
+            log.apply(set("a", changed));
+            assert_eq!(at(&log, "a"), Some(log.index));
+            assert_ne!(at(&log, "a"), before);
+        }
+        log.apply(set("b", advert("d")));
+        assert_eq!(at(&log, "b"), Some(log.index));
+        log.session("b");
+        let session = log.cluster.members["b"].session.as_ref().unwrap().id;
+        log.apply(Command::EndSession {
+            node: "b".into(),
+            session,
+            expired_in: Some(1),
+            at_ms: 10,
+        });
+        log.apply(Command::Remove {
+            node: "b".into(),
+            at_ms: 11,
+        });
+        assert_eq!(at(&log, "b"), None, "dropped with the member");
+        assert!(at(&log, "a").is_some());
     }
 
     #[test]

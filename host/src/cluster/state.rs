@@ -84,6 +84,27 @@ pub struct Cluster {
     /// empty.
     #[serde(default)]
     pub retired: BTreeMap<String, BTreeSet<super::StoreId>>,
+    /// When each member last installed something new for each resource it advertised,
+    /// by member, then resource; recorded from cluster version
+    /// [`crate::version::INSTALL_ORDER`]. Of two adverts of one plugin version that
+    /// differ (another manifest, another build), the one installed last runs
+    /// (`placement/winner.rs`): the operator's latest edit, not the greater digest.
+    ///
+    /// Kept when the advert is withdrawn (a node withdraws every advert when it shuts
+    /// down), so a node that comes back with the files it had is not taken for one that
+    /// installed them anew: a stale folder on a restarted node never wins back. Dropped
+    /// with the member. Last, and left out of images and hashes while empty.
+    #[serde(default)]
+    pub installed: BTreeMap<String, BTreeMap<String, Installed>>,
+}
+
+/// When a member installed what it advertises for a resource ([`Cluster::installed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Installed {
+    /// The log index of the advert that first said it.
+    pub at: u64,
+    /// What it was: [`Advert::installed`] of that advert.
+    pub what: u64,
 }
 
 /// One member's run's recent stamped commands and their answers (`once.rs`).
@@ -163,6 +184,31 @@ pub struct Advert {
     /// advertising node's runtime counted it (a property of the digest). Placement
     /// reads it clamped ([`super::Pool::clamped`]).
     pub footprint: super::Pool,
+}
+
+impl Advert {
+    /// What a node installed, as a number: the first 8 bytes of a SHA-256 over the
+    /// plugin's name, version, digest and spec (tickets, require), each length-prefixed.
+    /// The footprint is left out: it is what the advertising runtime counted, not what
+    /// was installed.
+    pub fn installed(&self) -> u64 {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        let version = self.version.to_string();
+        let tickets = self.tickets.to_le_bytes();
+        let mut fields = vec![self.plugin.as_bytes(), version.as_bytes()];
+        fields.extend([self.digest.as_bytes(), &tickets[..]]);
+        for (key, value) in &self.require {
+            fields.extend([key.as_bytes(), value.as_bytes()]);
+        }
+        for field in fields {
+            hash.update((field.len() as u64).to_le_bytes());
+            hash.update(field);
+        }
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&hash.finalize()[..8]);
+        u64::from_le_bytes(first)
+    }
 }
 
 /// One granted slot.
@@ -601,18 +647,19 @@ impl Handover {
 }
 
 /// How many maps end [`Cluster`]'s encoding that [`drop_empty_tail`] may leave out:
-/// [`Cluster::applied`], [`Cluster::slot_state`], [`Cluster::stores`], then
-/// [`Cluster::retired`].
-pub(crate) const TAIL_MAPS: usize = 4;
+/// [`Cluster::applied`], [`Cluster::slot_state`], [`Cluster::stores`],
+/// [`Cluster::retired`], then [`Cluster::installed`].
+pub(crate) const TAIL_MAPS: usize = 5;
 
 /// Leaves out the empty maps at the end of `bytes`, the postcard encoding of an image or
-/// state that ends with `cluster`: [`Cluster::retired`] if empty, then
-/// [`Cluster::stores`], [`Cluster::slot_state`] and [`Cluster::applied`], each while all
-/// after it were empty too. An empty map is one zero byte, its length.
+/// state that ends with `cluster`: [`Cluster::installed`] if empty, then
+/// [`Cluster::retired`], [`Cluster::stores`], [`Cluster::slot_state`] and
+/// [`Cluster::applied`], each while all after it were empty too. An empty map is one zero byte, its length.
 /// So a state that uses none of them is byte for byte what a build before them writes and
 /// hashes; a reader appends the zeros back (`raft/state_machine.rs`, `Image::decode`).
 pub(crate) fn drop_empty_tail(bytes: &mut Vec<u8>, cluster: &Cluster) {
     for empty in [
+        cluster.installed.is_empty(),
         cluster.retired.is_empty(),
         cluster.stores.is_empty(),
         cluster.slot_state.is_empty(),

@@ -222,6 +222,13 @@ pub(crate) fn commands() -> Vec<Command> {
             },
             ended: Some(21),
         },
+        // 27: n1 installs another build of `pair` at version 8: recorded as installed
+        // at 27 (`Cluster::installed`).
+        Command::AdvertiseChanges {
+            node: "n1".into(),
+            set: BTreeMap::from([("pair".to_string(), advert("pair", "0.1.0-rc.1", 2, 'q'))]),
+            remove: Vec::new(),
+        },
     ]
 }
 

@@ -58,6 +58,8 @@ pub struct Owner {
 struct Running {
     stop: watch::Sender<Option<CleanupReason>>,
     task: JoinHandle<(SlotEnd, u64)>,
+    /// The loaded plugin it runs: its secret values are compared with the folder's.
+    loaded: Arc<Loaded>,
 }
 
 impl Owner {
@@ -121,11 +123,25 @@ impl Owner {
         for (resource, number, slot) in mine {
             let key = (resource.clone(), number);
             if let Some(running) = self.running.get(&key) {
-                if let Some(releasing) = &slot.releasing {
-                    let reason = cleanup_reason(releasing.reason);
-                    running
+                let reason = match &slot.releasing {
+                    Some(releasing) => Some(cleanup_reason(releasing.reason)),
+                    None => plugins
+                        .get(&(resource.clone(), slot.digest.clone()))
+                        .filter(|now| now.entry.secrets != running.loaded.entry.secrets)
+                        .map(|_| CleanupReason::PluginUpdated),
+                };
+                if let Some(reason) = reason
+                    && running
                         .stop
-                        .send_if_modified(|r| r.is_none() && r.replace(reason).is_none());
+                        .send_if_modified(|r| r.is_none() && r.replace(reason).is_none())
+                    && slot.releasing.is_none()
+                {
+                    // A secret's new value under the same version (the cluster never
+                    // sees secret values: `catalog::version_digest`). The instance stops
+                    // and cleans up, and the slot is released once it has ended (as
+                    // below), so it is granted again under a new token; its next
+                    // instance reads the value of the node it is granted to.
+                    tracing::info!(event = events::PLUGIN_SECRETS_CHANGED, plugin = %running.loaded.entry.name, resource = %resource, slot = number, token = slot.token, "a secret file of {} changed: its instance stops, and the slot is granted again under a new token", running.loaded.entry.name);
                 }
                 continue;
             }
@@ -196,14 +212,18 @@ impl Owner {
         let (stop_tx, stop_rx) = watch::channel(None);
         let grace = loaded.stop_grace;
         let stop = stop_signal(stop_rx, self.shared.deadline(), grace, self.self_demotion);
-        let task =
-            self.plugin_threads
-                .spawn(supervisor::run(loaded, grant, self.deps.clone(), stop));
+        let task = self.plugin_threads.spawn(supervisor::run(
+            loaded.clone(),
+            grant,
+            self.deps.clone(),
+            stop,
+        ));
         self.running.insert(
             key.clone(),
             Running {
                 stop: stop_tx,
                 task,
+                loaded,
             },
         );
     }

@@ -32,6 +32,7 @@ use crate::events;
 use crate::ownership::LeaseTiming;
 use crate::runtime::{LoadError, Plugin, Runtime};
 use crate::supervisor::Loaded;
+use crate::version::WIRE_OLDEST;
 
 /// The compiled plugins of the folder.
 pub struct Folder {
@@ -53,8 +54,8 @@ type Loading = (Entry, Result<Plugin, LoadError>);
 
 /// A load under way: which version, and its task.
 struct Pending {
-    digest: String,
-    manifest: crate::catalog::Manifest,
+    /// The files being loaded (the wasm bytes are shared, not copied).
+    entry: Entry,
     task: AbortHandle,
 }
 
@@ -90,13 +91,10 @@ impl Folder {
     pub fn apply(&mut self, change: Change) -> bool {
         match change {
             Change::Upsert(entry) => {
-                let same = |digest: &str, manifest: &crate::catalog::Manifest| {
-                    digest == entry.digest && *manifest == entry.manifest
-                };
                 if self
                     .loading
                     .get(&entry.name)
-                    .is_some_and(|p| same(&p.digest, &p.manifest))
+                    .is_some_and(|p| p.entry.same_files(&entry))
                 {
                     return false;
                 }
@@ -104,7 +102,7 @@ impl Folder {
                 if self
                     .loaded
                     .get(&entry.name)
-                    .is_some_and(|l| same(&l.entry.digest, &l.entry.manifest))
+                    .is_some_and(|l| l.entry.same_files(&entry))
                 {
                     return false;
                 }
@@ -154,11 +152,16 @@ impl Folder {
             .values()
             .filter(|l| runs_at(&l.entry.manifest, cluster_version))
         {
-            let key = (
-                loaded.entry.manifest.resource.clone(),
-                loaded.entry.digest.clone(),
-            );
-            plugins.entry(key).or_insert_with(|| loaded.clone());
+            // Under both names: a slot granted before the cluster's version was raised
+            // carries the wasm's digest ([`Entry::digest_at`]).
+            let resource = &loaded.entry.manifest.resource;
+            for digest in [
+                loaded.entry.digest_at(0),
+                loaded.entry.digest_at(WIRE_OLDEST),
+            ] {
+                let key = (resource.clone(), digest);
+                plugins.entry(key).or_insert_with(|| loaded.clone());
+            }
         }
         Arc::new(plugins)
     }
@@ -211,7 +214,7 @@ impl Folder {
                 Advert {
                     plugin: loaded.entry.name.clone(),
                     version: manifest.version.clone(),
-                    digest: loaded.entry.digest.clone(),
+                    digest: loaded.entry.digest_at(cluster_version),
                     tickets: manifest.tickets,
                     require: manifest.require.clone(),
                     footprint: loaded.plugin.footprint.pool(),
@@ -256,11 +259,7 @@ impl Folder {
     /// Starts loading `entry` in a task of its own.
     fn start_load(&mut self, entry: Entry) {
         let runtime = self.runtime.clone();
-        let (name, digest, manifest) = (
-            entry.name.clone(),
-            entry.digest.clone(),
-            entry.manifest.clone(),
-        );
+        let (name, pending) = (entry.name.clone(), entry.clone());
         let task = self.tasks.spawn_on(
             async move {
                 let loaded = runtime
@@ -273,8 +272,7 @@ impl Folder {
         self.loading.insert(
             name,
             Pending {
-                digest,
-                manifest,
+                entry: pending,
                 task,
             },
         );
@@ -325,7 +323,7 @@ impl Folder {
         let current = self
             .loading
             .get(&entry.name)
-            .is_some_and(|p| p.digest == entry.digest && p.manifest == entry.manifest);
+            .is_some_and(|p| p.entry.same_files(&entry));
         if !current {
             return false;
         }
@@ -371,8 +369,10 @@ impl Folder {
                     plugin = %entry.name,
                     resource = %entry.manifest.resource,
                     version = %entry.manifest.version,
-                    // The version's digest (wasm and secrets), as adverts, status and
-                    // `plugin.started` show it; the compile cache keys on the wasm alone.
+                    // The version's digest (the wasm and the manifest's run terms), as
+                    // adverts and status show it from cluster version 7 (before it, the
+                    // wasm's alone: `Entry::digest_at`); the compile cache keys on the
+                    // wasm alone.
                     digest = %entry.digest,
                     cache = plugin.cache.as_str(),
                     load_us = plugin.load_time.as_micros() as u64,

@@ -231,7 +231,10 @@ pub fn plan(cluster: &Cluster, now_ms: u64, options: &Options) -> Plan {
     let mut rows = Rows::new(cluster, &view.nodes);
     while rows.advance() {
         let resource = rows.resource;
-        let win = Win::of(&rows.adverts);
+        let win = Win::of(
+            &rows.adverts,
+            winner::installed_at(cluster, &view.nodes, resource),
+        );
         if let Some(win) = &win {
             for &i in &win.runners {
                 able[i] = able[i] || (!view.nodes[i].member.draining && view.has_labels(i, win));

@@ -358,8 +358,10 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     // Format 5's samples raised the version to 7 (the probe's version then).
     let mut expected = crate::golden::samples::cluster_after(23);
     expected.version = 7;
-    // Nor did they record members' stores (the raise does now, from version 7).
+    // Nor did they record members' stores or installs (the raise does now, from
+    // version 7).
     expected.stores.clear();
+    expected.installed.clear();
     assert!(image.cluster.applied.is_empty());
     assert_eq!(image.cluster, expected);
     assert_eq!(
@@ -370,8 +372,8 @@ fn a_format_5_snapshot_image_reads_as_it_is_and_is_written_back_the_same() {
     assert!(old.ends_with(&image.cluster.encode().unwrap()));
 }
 
-/// The maps that end an image (stamped answers, per-slot state, members' stores, then
-/// removed stores) are left out while empty, from the end: every combination reads back
+/// The maps that end an image (stamped answers, per-slot state, members' stores, removed
+/// stores, then installs) are left out while empty, from the end: every combination reads back
 /// as written, and an image cut short by one byte more is refused, not read as another
 /// state.
 #[test]
@@ -383,10 +385,11 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
             && !full.slot_state.is_empty()
             && !full.stores.is_empty()
             && !full.retired.is_empty()
+            && !full.installed.is_empty()
     );
     let image = fixture_image(5);
     let base = Image::decode(&image).unwrap();
-    for kept in 0..16u8 {
+    for kept in 0..32u8 {
         let keep = |bit: u8| kept & (1 << bit) != 0;
         let mut cluster = full.clone();
         if !keep(0) {
@@ -401,8 +404,11 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
         if !keep(3) {
             cluster.retired.clear();
         }
+        if !keep(4) {
+            cluster.installed.clear();
+        }
         // Empty maps from the end are left out, up to the first that is not empty.
-        let left_out = (0..4).rev().take_while(|bit| !keep(*bit)).count();
+        let left_out = (0..5).rev().take_while(|bit| !keep(*bit)).count();
         let bytes = encode_image(&base.applied, &base.membership, &cluster).unwrap();
         let whole = postcard::to_allocvec(&Image {
             applied: base.applied,
@@ -410,7 +416,8 @@ fn an_image_s_empty_tail_is_left_out_and_read_back() {
             cluster: cluster.clone(),
         })
         .unwrap();
-        let case = format!("maps kept: {kept:04b} (retired, stores, slot state, applied)");
+        let case =
+            format!("maps kept: {kept:05b} (installed, retired, stores, slot state, applied)");
         assert_eq!(bytes.len() + left_out, whole.len(), "{case}");
         let read = Image::decode(&bytes).unwrap();
         assert_eq!(read.cluster, cluster, "{case}");
