@@ -216,7 +216,13 @@ fn run_terms(manifest: &Manifest) -> Vec<(String, String)> {
         terms.push((format!("env.{name}"), value.clone()));
     }
     for (name, path) in &capabilities.secrets {
-        terms.push((format!("secrets.{name}"), path.display().to_string()));
+        // `secrets/x` and `./secrets/x` name one file (capabilities.rs allows no `..`).
+        let parts: Vec<_> = path
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect();
+        terms.push((format!("secrets.{name}"), parts.join("/")));
     }
     terms
 }
@@ -648,6 +654,16 @@ mod tests {
         let changed = read_plugin(&wasm, Some(&toml)).unwrap();
         assert_eq!(changed.digest, entry.digest);
         assert!(!changed.same_files(&entry));
+        // The same file written another way is the same version.
+        std::fs::write(
+            &toml,
+            "[capabilities]\nsecrets = { API_TOKEN = \"./secrets//token\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read_plugin(&wasm, Some(&toml)).unwrap().digest,
+            changed.digest
+        );
         // Another path is another version.
         std::fs::write(dir.path().join("secrets/other"), "hunter3").unwrap();
         std::fs::write(
