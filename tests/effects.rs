@@ -244,7 +244,7 @@ fn narrowing_a_grant_hands_the_plugin_over_and_the_withdrawn_host_is_refused() {
 /// state. The version (digest) does not change, since the digest is replicated and a
 /// hash of the value would let anyone who reads it check a guess; the node that runs
 /// the plugin restarts its own instance instead (cleanup `plugin-updated`,
-/// `plugin.secrets_changed`), and the next instance, under a new token, sends the new
+/// `plugin.files_changed`), and the next instance, under a new token, sends the new
 /// value.
 #[test]
 fn a_new_secret_value_restarts_the_instance_under_the_same_version() {
@@ -272,11 +272,12 @@ fn a_new_secret_value_restarts_the_instance_under_the_same_version() {
     std::fs::write(&temp, "second\n").unwrap();
     std::fs::rename(&temp, &secret).unwrap();
     let changed = node.wait_for(
-        "plugin.secrets_changed",
-        is("plugin.secrets_changed").with("token", old_token).f(),
+        "plugin.files_changed",
+        is("plugin.files_changed").with("token", old_token).f(),
         WAIT,
     );
     assert_eq!(changed["resource"], "webhook", "{changed}");
+    assert_eq!(changed["what"], "secrets", "{changed}");
     let cleanup = node.wait_for(
         "the old instance's cleanup",
         is("plugin.cleanup").with("token", old_token).f(),

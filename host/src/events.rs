@@ -41,11 +41,12 @@ pub const PLUGIN_ABANDONED: &str = "plugin.abandoned";
 /// version does not allow that yet (`version`, `needs`). Said once per plugin version.
 pub const PLUGIN_WAITING: &str = "plugin.waiting";
 pub const PLUGIN_STARTED: &str = "plugin.started";
-/// A secret file of a running plugin changed under the same version: its instance stops
-/// (cleanup `plugin-updated`) and the slot is granted again under a new token; the next
-/// instance reads the value of the node it is granted to (`plugin`, `resource`, `slot`,
-/// `token`).
-pub const PLUGIN_SECRETS_CHANGED: &str = "plugin.secrets_changed";
+/// The files of a running plugin changed under the same version (`what`: `secrets`, a
+/// secret file's value, which no version includes; or `manifest`, beside 0.2.0, where a
+/// version is named by its wasm alone): its instance stops (cleanup `plugin-updated`)
+/// and the slot is granted again under a new token; the next instance reads the files
+/// of the node it is granted to (`plugin`, `resource`, `slot`, `token`, `what`).
+pub const PLUGIN_FILES_CHANGED: &str = "plugin.files_changed";
 /// A grant was not started: the node held no valid lease for it at the moment of starting.
 pub const PLUGIN_NOT_STARTED: &str = "plugin.not_started";
 pub const PLUGIN_LOG: &str = "plugin.log";

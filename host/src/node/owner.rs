@@ -123,25 +123,38 @@ impl Owner {
         for (resource, number, slot) in mine {
             let key = (resource.clone(), number);
             if let Some(running) = self.running.get(&key) {
-                let reason = match &slot.releasing {
-                    Some(releasing) => Some(cleanup_reason(releasing.reason)),
-                    None => plugins
-                        .get(&(resource.clone(), slot.digest.clone()))
-                        .filter(|now| now.entry.secrets != running.loaded.entry.secrets)
-                        .map(|_| CleanupReason::PluginUpdated),
+                // The files this grant's digest names now, when they are not the ones
+                // the instance runs: new secret values under the same version, or,
+                // beside 0.2.0 (where a version is named by its wasm alone), another
+                // manifest of the same wasm.
+                let changed = plugins
+                    .get(&(resource.clone(), slot.digest.clone()))
+                    .and_then(|now| {
+                        let was = &running.loaded.entry;
+                        if now.entry.digest != was.digest {
+                            Some("manifest")
+                        } else if now.entry.secrets != was.secrets {
+                            Some("secrets")
+                        } else {
+                            None
+                        }
+                    });
+                let reason = match (&slot.releasing, changed) {
+                    (Some(releasing), _) => Some(cleanup_reason(releasing.reason)),
+                    (None, Some(_)) => Some(CleanupReason::PluginUpdated),
+                    (None, None) => None,
                 };
                 if let Some(reason) = reason
                     && running
                         .stop
                         .send_if_modified(|r| r.is_none() && r.replace(reason).is_none())
-                    && slot.releasing.is_none()
+                    && let (None, Some(what)) = (&slot.releasing, changed)
                 {
-                    // A secret's new value under the same version (the cluster never
-                    // sees secret values: `catalog::version_digest`). The instance stops
-                    // and cleans up, and the slot is released once it has ended (as
-                    // below), so it is granted again under a new token; its next
-                    // instance reads the value of the node it is granted to.
-                    tracing::info!(event = events::PLUGIN_SECRETS_CHANGED, plugin = %running.loaded.entry.name, resource = %resource, slot = number, token = slot.token, "a secret file of {} changed: its instance stops, and the slot is granted again under a new token", running.loaded.entry.name);
+                    // The instance stops and cleans up, and the slot is released once it
+                    // has ended (as below), so it is granted again under a new token; its
+                    // next instance reads the files of the node it is granted to. (The
+                    // cluster never sees secret values: `catalog::version_digest`.)
+                    tracing::info!(event = events::PLUGIN_FILES_CHANGED, plugin = %running.loaded.entry.name, resource = %resource, slot = number, token = slot.token, what, "the {what} of {} changed under the same version: its instance stops, and the slot is granted again under a new token", running.loaded.entry.name);
                 }
                 continue;
             }

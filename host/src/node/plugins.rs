@@ -32,7 +32,6 @@ use crate::events;
 use crate::ownership::LeaseTiming;
 use crate::runtime::{LoadError, Plugin, Runtime};
 use crate::supervisor::Loaded;
-use crate::version::WIRE_OLDEST;
 
 /// The compiled plugins of the folder.
 pub struct Folder {
@@ -152,13 +151,17 @@ impl Folder {
             .values()
             .filter(|l| runs_at(&l.entry.manifest, cluster_version))
         {
-            // Under both names: a slot granted before the cluster's version was raised
-            // carries the wasm's digest ([`Entry::digest_at`]).
+            // Under its version's digest, and under the name it is advertised by at
+            // `cluster_version` (the wasm's digest beside 0.2.0: [`Entry::digest_at`]).
+            // Only those: from version 7 a grant under the wasm's digest is one of the
+            // same wasm without manifest terms, which this file may not be, so it is
+            // handed over rather than started with this file's terms.
             let resource = &loaded.entry.manifest.resource;
-            for digest in [
-                loaded.entry.digest_at(0),
-                loaded.entry.digest_at(WIRE_OLDEST),
-            ] {
+            let names = [
+                loaded.entry.digest.clone(),
+                loaded.entry.digest_at(cluster_version),
+            ];
+            for digest in names {
                 let key = (resource.clone(), digest);
                 plugins.entry(key).or_insert_with(|| loaded.clone());
             }
@@ -514,5 +517,64 @@ mod tests {
         let plugins = folder.plugins(crate::version::SLOT_STATE);
         let run = &plugins[&("r".to_string(), "sha256:same".to_string())];
         assert_eq!(run.entry.name, "a", "the plugin run is the one advertised");
+    }
+
+    /// Beside 0.2.0 (version 6) a plugin is advertised and found under its wasm's digest,
+    /// as 0.2.0 names it; from version 7 under its version's digest only, so a grant
+    /// under the wasm's digest (the same wasm without manifest terms) never starts this
+    /// file with its terms (the reviewer's case: before, the wasm's digest named it at
+    /// every version).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_with_manifest_terms_is_named_by_its_wasm_only_beside_0_2_0() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("a.wasm");
+        std::fs::copy(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/plugin-0.1.0/counter.wasm"
+            ),
+            &wasm,
+        )
+        .unwrap();
+        let toml = dir.path().join("a.toml");
+        std::fs::write(
+            &toml,
+            "resource = \"r\"\n[capabilities]\nenv = { X = \"1\" }\n",
+        )
+        .unwrap();
+        let entry = crate::catalog::read_plugin(&wasm, Some(&toml)).unwrap();
+        let (full, bare) = (
+            entry.digest.clone(),
+            format!("sha256:{}", entry.wasm_digest),
+        );
+        assert_ne!(full, bare);
+        let runtime = Arc::new(Runtime::new(None).expect("an engine"));
+        let mut folder = Folder::new(
+            runtime,
+            LeaseTiming::default(),
+            tokio::runtime::Handle::current(),
+        );
+        folder.apply(Change::Upsert(Box::new(entry)));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while folder.loading() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the load did not end"
+            );
+            folder.next_loaded().await;
+        }
+        let key = |digest: &str| ("r".to_string(), digest.to_string());
+        let beside = crate::version::WIRE_OLDEST;
+        assert_eq!(folder.adverts(beside)["r"].digest, bare);
+        let plugins = folder.plugins(beside);
+        assert!(plugins.contains_key(&key(&bare)) && plugins.contains_key(&key(&full)));
+        let raised = crate::version::INSTALL_ORDER;
+        assert_eq!(folder.adverts(raised)["r"].digest, full);
+        let plugins = folder.plugins(raised);
+        assert!(plugins.contains_key(&key(&full)));
+        assert!(
+            !plugins.contains_key(&key(&bare)),
+            "named by its wasm at version 7"
+        );
     }
 }
