@@ -213,11 +213,15 @@ fn plugin_test_passes(project: &Path) {
         stderr_of(&output)
     );
     for line in [
-        "[1/13] start: ok: ",
-        "[3/13] handover: ok: moved from ",
-        "[7/13] crash-owner: ok: killed ",
-        "[13/13] expect-tokens-increase: ok: 4 starts, tokens ",
-        "passed: 13 steps in ",
+        "[1/18] start: ok: ",
+        "[3/18] handover: ok: moved from ",
+        "[7/18] crash-owner: ok: killed ",
+        "[13/18] lose-lease: ok: froze ",
+        "[14/18] expect-cleanup reason=lease-lost count=1: ok: ",
+        "[15/18] change-manifest ./faster.toml: ok: installed ./faster.toml on both plugin nodes",
+        "[16/18] expect-cleanup reason=plugin-updated count=1: ok: ",
+        "[18/18] expect-tokens-increase: ok: 6 starts, tokens ",
+        "passed: 18 steps in ",
     ] {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
@@ -289,6 +293,100 @@ fn a_plugin_test_step_that_does_not_hold_fails_with_what_was_expected() {
     assert!(out.is_empty(), "nothing ran: {out}");
     assert!(
         err.contains("typo.toml") && err.contains("unknown variant `strat`"),
+        "{err}"
+    );
+}
+
+/// Issue 26 item 5: `tenure plugin test` with a recording HTTP server. The SDK's poller
+/// GETs the recorder every 100 ms; the script checks after a start, a handover and a lease
+/// lost while alive (a frozen owner) that every request carried its owner's
+/// `tenure-token` and none of an owner arrived after a newer owner started. A plugin that
+/// sends elsewhere fails `expect-requests`, saying what arrived.
+#[test]
+fn plugin_test_records_the_plugin_s_requests_and_checks_their_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(dir.path().join("poller.wasm"), plugins().sdk_poller_bytes()).unwrap();
+    let manifest = |target: &str| {
+        format!(
+            "resource = \"poller\"\n[limits]\nstop_grace = \"200ms\"\ncleanup_timeout = \"1s\"\n\
+             [capabilities]\nallowed_outbound_hosts = [\"http://127.0.0.1:{port}\", \"http://127.0.0.1:9\"]\n\
+             env = {{ TARGET_URL = \"{target}\", INTERVAL_MS = \"100\" }}\n"
+        )
+    };
+    std::fs::write(
+        dir.path().join("poller.toml"),
+        manifest(&format!("http://127.0.0.1:{port}/hook")),
+    )
+    .unwrap();
+    let script = format!(
+        "plugin = \"poller.wasm\"\nrecord_http = \"127.0.0.1:{port}\"\n\
+         [[step]]\ndo = \"start\"\n\
+         [[step]]\ndo = \"expect-requests\"\n\
+         [[step]]\ndo = \"handover\"\n\
+         [[step]]\ndo = \"expect-requests\"\n\
+         [[step]]\ndo = \"lose-lease\"\n\
+         [[step]]\ndo = \"expect-cleanup\"\nreason = \"lease-lost\"\n\
+         [[step]]\ndo = \"expect-requests\"\n\
+         [[step]]\ndo = \"expect-tokens-increase\"\n"
+    );
+    std::fs::write(dir.path().join("test.toml"), &script).unwrap();
+    let output = tenure_within(&["plugin", "test"], dir.path(), PLUGIN_TEST_WAIT);
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert!(output.status.success(), "{out}{err}");
+    for line in [
+        &format!("recording HTTP requests to http://127.0.0.1:{port}\n"),
+        "[2/8] expect-requests: ok: ",
+        "[5/8] lose-lease: ok: froze ",
+        "[7/8] expect-requests: ok: ",
+        "none after a newer owner started",
+        "passed: 8 steps in ",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+
+    // Sending elsewhere (granted, but not the recorder): nothing arrives with the token.
+    std::fs::write(
+        dir.path().join("poller.toml"),
+        manifest("http://127.0.0.1:9/hook"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("test.toml"),
+        format!(
+            "plugin = \"poller.wasm\"\nrecord_http = \"127.0.0.1:{port}\"\n\
+             [[step]]\ndo = \"start\"\n\
+             [[step]]\ndo = \"expect-requests\"\nwithin = \"2s\"\n"
+        ),
+    )
+    .unwrap();
+    let output = tenure_within(&["plugin", "test"], dir.path(), PLUGIN_TEST_WAIT);
+    let (out, err) = (stdout_of(&output), stderr_of(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("[2/2] expect-requests: FAILED\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "  expected: a request to 127.0.0.1:{port} carrying tenure-token "
+        )),
+        "{out}"
+    );
+    assert!(out.contains("0 request(s) in 2s, none with it"), "{out}");
+
+    // A script that asks for requests without a recorder is refused before anything runs.
+    std::fs::write(
+        dir.path().join("test.toml"),
+        "plugin = \"poller.wasm\"\n[[step]]\ndo = \"start\"\n[[step]]\ndo = \"expect-requests\"\n",
+    )
+    .unwrap();
+    let output = tenure(&["plugin", "test"], dir.path());
+    let err = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("expect-requests needs a recording server"),
         "{err}"
     );
 }

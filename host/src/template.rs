@@ -65,6 +65,10 @@ const MANIFEST: &str = "{{name}}.toml";
 /// lines.
 pub const TEST_SCRIPT: &str = include_str!("../templates/test.toml");
 
+/// The manifest the test script's `change-manifest` step installs (every template's
+/// manifest with `INTERVAL_MS` halved).
+const FASTER_MANIFEST: &str = include_str!("../templates/faster.toml");
+
 const RUST: &[File] = &[
     file(
         "Cargo.toml",
@@ -85,6 +89,7 @@ const RUST: &[File] = &[
     script("build.sh", include_str!("../templates/rust/build.sh")),
     file("README.md", include_str!("../templates/rust/README.md")),
     file("test.toml", TEST_SCRIPT),
+    file("faster.toml", FASTER_MANIFEST),
     file(".gitignore", include_str!("../templates/rust/gitignore")),
 ];
 
@@ -94,6 +99,7 @@ const PYTHON: &[File] = &[
     script("build.sh", include_str!("../templates/python/build.sh")),
     file("README.md", include_str!("../templates/python/README.md")),
     file("test.toml", TEST_SCRIPT),
+    file("faster.toml", FASTER_MANIFEST),
     file(".gitignore", include_str!("../templates/python/gitignore")),
 ];
 
@@ -104,6 +110,7 @@ const JS: &[File] = &[
     script("build.sh", include_str!("../templates/js/build.sh")),
     file("README.md", include_str!("../templates/js/README.md")),
     file("test.toml", TEST_SCRIPT),
+    file("faster.toml", FASTER_MANIFEST),
     file(".gitignore", include_str!("../templates/js/gitignore")),
 ];
 

@@ -43,6 +43,8 @@ pub struct Cluster {
     /// `n1`, `n2` (with the plugin) and `n3` (the witness). Dropped, and so killed,
     /// before the dir goes.
     pub nodes: Vec<Node>,
+    /// The plugin's file name stem.
+    pub stem: String,
     exe: PathBuf,
     operator: TlsFiles,
     runtime: tokio::runtime::Runtime,
@@ -115,11 +117,25 @@ impl Cluster {
             .context("cannot start the async runtime")?;
         Ok(Cluster {
             nodes,
+            stem: plugin.stem.clone(),
             exe: std::env::current_exe().context("cannot find this program's file")?,
             operator,
             runtime,
             dir,
         })
+    }
+
+    /// Puts `manifest` in place of the plugin's manifest on the plugin nodes: written beside
+    /// it, then renamed over it, so a node never reads half a file.
+    pub fn replace_manifest(&self, manifest: &[u8]) -> anyhow::Result<()> {
+        let stem = &self.stem;
+        for node in &self.nodes[..PLUGIN_NODES] {
+            let plugins = self.dir.path().join(&node.name).join("plugins");
+            let temp = plugins.join(format!(".{stem}.toml.partial"));
+            std::fs::write(&temp, manifest)?;
+            std::fs::rename(&temp, plugins.join(format!("{stem}.toml")))?;
+        }
+        Ok(())
     }
 
     /// The temporary dir.

@@ -7,19 +7,21 @@
 //! this command builds the smallest cluster where a slot can move (`cluster.rs`: two
 //! nodes with the plugin and a witness, in a temporary dir, this binary's own `tenure
 //! run`), and runs a TOML script (`script.rs`, lines matched by `pattern.rs`) against
-//! it (`run.rs`): start, wait for a log line, hand over, crash the owner, restart, and
-//! assertions on the event log. Each step prints what happened; the first step that
+//! it (`run.rs`): start, wait for a log line, hand over, crash the owner, restart, lose
+//! the lease while alive (a frozen node), change the manifest, and assertions on the
+//! event log and on what a recording HTTP server got (`recorder.rs`: every request
+//! fenced, none of a stale owner). Each step prints what happened; the first step that
 //! fails prints what it expected, what it found and the last lines of both plugin
 //! nodes, and the command exits non-zero.
 //!
 //! `--watch` (`watch.rs`) builds and runs the script again on every change of the
-//! project's sources. Not done here: lease loss without a crash (a paused node), a
-//! recording HTTP server, grant changes. The nodes are killed at the end (or when this process dies); the
+//! project's sources. The nodes are killed at the end (or when this process dies); the
 //! dir is removed unless `--keep`.
 
 mod cluster;
 mod node;
 mod pattern;
+mod recorder;
 mod run;
 mod script;
 mod watch;
@@ -51,6 +53,10 @@ fn run(script: &Path, keep: bool) -> anyhow::Result<()> {
     let script = script::load(script)?;
     let plugin = read_plugin(&script.wasm)?;
     let resource = plugin.1;
+    let recorder = match script.record_http {
+        Some(addr) => Some(recorder::Recorder::start(addr)?),
+        None => None,
+    };
     let cluster = Cluster::new(&plugin.0, script.ttl)?;
     let nodes: Vec<String> = cluster
         .nodes
@@ -67,7 +73,10 @@ fn run(script: &Path, keep: bool) -> anyhow::Result<()> {
         script.ttl,
         cluster.dir().display()
     );
-    let mut runner = Runner::new(cluster, &resource);
+    if let Some(recorder) = &recorder {
+        println!("recording HTTP requests to http://{}", recorder.addr);
+    }
+    let mut runner = Runner::new(cluster, &resource, recorder);
     let total = script.steps.len();
     let mut failed = None;
     for (i, step) in script.steps.iter().enumerate() {

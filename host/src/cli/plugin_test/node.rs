@@ -106,6 +106,16 @@ impl Node {
         self.child.is_some()
     }
 
+    /// Sends `signal` to the node's process (SIGSTOP and SIGCONT freeze it and let it go
+    /// on); false if it does not run.
+    pub fn signal(&self, signal: libc::c_int) -> bool {
+        let Some(child) = &self.child else {
+            return false;
+        };
+        // SAFETY: kill(2) on the pid of a child this process spawned and has not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) == 0 }
+    }
+
     /// Kills the node (SIGKILL) and waits until it is gone and its output read.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

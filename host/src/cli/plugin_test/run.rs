@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::cluster::{Cluster, PLUGIN_NODES, took};
 use super::node::WaitError;
 use super::pattern::Pattern;
+use super::recorder::Recorder;
 use super::script::Step;
 
 /// One start of the plugin: on which node, under which token, and where its
@@ -45,6 +46,8 @@ pub struct Runner {
     resource: String,
     starts: Vec<Start>,
     crashed: Vec<usize>,
+    /// The recording HTTP server, if the script has one.
+    recorder: Option<Recorder>,
 }
 
 /// How often a wait on several nodes looks again.
@@ -55,12 +58,13 @@ const ADVERT_POLL: Duration = Duration::from_millis(100);
 const FIRST_LINE_WITHIN: Duration = Duration::from_secs(30);
 
 impl Runner {
-    pub fn new(cluster: Cluster, resource: &str) -> Runner {
+    pub fn new(cluster: Cluster, resource: &str, recorder: Option<Recorder>) -> Runner {
         Runner {
             cluster,
             resource: resource.to_string(),
             starts: Vec::new(),
             crashed: Vec::new(),
+            recorder,
         }
     }
 
@@ -72,6 +76,9 @@ impl Runner {
             Step::Handover { within } => self.handover(*within),
             Step::CrashOwner { within } => self.crash_owner(*within),
             Step::Restart { within } => self.restart(*within),
+            Step::LoseLease { within } => self.lose_lease(*within),
+            Step::ChangeManifest { manifest, within } => self.change_manifest(manifest, *within),
+            Step::ExpectRequests { within } => self.expect_requests(*within),
             Step::ExpectCleanup {
                 reason,
                 count,
@@ -322,6 +329,166 @@ impl Runner {
             self.name(to),
             start.token,
             took(began)
+        ))
+    }
+
+    fn lose_lease(&mut self, within: Duration) -> Result<String, Failure> {
+        let began = Instant::now();
+        let s = self.current();
+        let to = self.other(s, "lose-lease")?;
+        let mut froms = vec![usize::MAX; PLUGIN_NODES];
+        froms[to] = self.cluster.nodes[to].len();
+        let frozen = self.name(s.node).to_string();
+        if !self.cluster.nodes[s.node].signal(libc::SIGSTOP) {
+            return fail(
+                format!("{frozen} to be frozen (SIGSTOP)"),
+                "it does not run",
+            );
+        }
+        let started = self.wait_started(
+            &froms,
+            s.token,
+            (began, within),
+            &format!(
+                "the slot to start on {} while {frozen} is frozen",
+                self.name(to)
+            ),
+        );
+        // Let it go on whatever happened: a frozen node would hold up every later step.
+        let resumed = self.cluster.nodes[s.node].signal(libc::SIGCONT);
+        let start = started?;
+        if !resumed {
+            return fail(format!("{frozen} to go on (SIGCONT)"), "it does not run");
+        }
+        Ok(format!(
+            "froze {frozen} (SIGSTOP); its lease ran out and the slot started on {} with \
+             token {} after {}; {frozen} goes on (SIGCONT)",
+            self.name(to),
+            start.token,
+            took(began)
+        ))
+    }
+
+    fn change_manifest(
+        &mut self,
+        manifest: &std::path::Path,
+        within: Duration,
+    ) -> Result<String, Failure> {
+        let began = Instant::now();
+        let s = self.current();
+        let text = match std::fs::read(manifest) {
+            Ok(text) => text,
+            Err(e) => {
+                return fail(
+                    format!("the manifest {} to read", manifest.display()),
+                    e.to_string(),
+                );
+            }
+        };
+        let froms: Vec<usize> = self.cluster.nodes[..PLUGIN_NODES]
+            .iter()
+            .map(|n| n.len())
+            .collect();
+        if let Err(e) = self.cluster.replace_manifest(&text) {
+            return fail("the new manifest in both plugin folders", format!("{e:#}"));
+        }
+        let start = self.wait_started(
+            &froms,
+            s.token,
+            (began, within),
+            &format!("the plugin to start again under {}", manifest.display()),
+        )?;
+        Ok(format!(
+            "installed {} on both plugin nodes; the plugin started again on {} with token {} \
+             after {}",
+            manifest.display(),
+            self.name(start.node),
+            start.token,
+            took(began)
+        ))
+    }
+
+    /// Every start of the resource the nodes wrote (restarts after a failure included),
+    /// with when it began, by token.
+    fn started_at(&self) -> Vec<(u64, std::time::SystemTime)> {
+        let mut starts: Vec<(u64, std::time::SystemTime)> = self.cluster.nodes[..PLUGIN_NODES]
+            .iter()
+            .flat_map(|node| node.events_from(0))
+            .filter(|e| self.of(e, "plugin.started", None))
+            .filter_map(|e| {
+                let token = e["token"].as_u64()?;
+                let at = humantime::parse_rfc3339(e["timestamp"].as_str()?).ok()?;
+                Some((token, at))
+            })
+            .collect();
+        starts.sort();
+        starts
+    }
+
+    fn expect_requests(&mut self, within: Duration) -> Result<String, Failure> {
+        let began = Instant::now();
+        let s = self.current();
+        let Some(recorder) = &self.recorder else {
+            return fail("a recording server (`record_http`)", "none");
+        };
+        let addr = recorder.addr;
+        let requests = loop {
+            let requests = recorder.requests();
+            if requests.iter().any(|r| r.token == Some(s.token)) {
+                break requests;
+            }
+            if began.elapsed() >= within {
+                return fail(
+                    format!(
+                        "a request to {addr} carrying tenure-token {} (the start on {})",
+                        s.token,
+                        self.name(s.node)
+                    ),
+                    format!(
+                        "{} request(s) in {within:?}, none with it (is http://{addr} granted \
+                         in the manifest, and does the plugin send to it?)",
+                        requests.len()
+                    ),
+                );
+            }
+            std::thread::sleep(POLL);
+        };
+        if let Some(r) = requests.iter().find(|r| r.token.is_none()) {
+            return fail(
+                "every request to carry tenure-token (the host stamps every request made \
+                 through its HTTP)",
+                format!(
+                    "{} {} arrived without it: a request that goes around the host's HTTP \
+                     (a raw socket) is not fenced",
+                    r.method, r.path
+                ),
+            );
+        }
+        let starts = self.started_at();
+        for r in &requests {
+            let token = r.token.unwrap_or_default();
+            let newer = starts.iter().find(|(t, _)| *t > token);
+            if let Some((newer, at)) = newer
+                && r.at > *at
+            {
+                let late = r.at.duration_since(*at).unwrap_or_default();
+                return fail(
+                    "no request of an owner after a newer owner started",
+                    format!(
+                        "{} {} under token {token} arrived {late:?} after the start under \
+                         token {newer} began",
+                        r.method, r.path
+                    ),
+                );
+            }
+        }
+        let mine = requests.iter().filter(|r| r.token == Some(s.token)).count();
+        Ok(format!(
+            "{} request(s) to {addr}, each with its owner's tenure-token, none after a newer \
+             owner started; {mine} from the start on {} (token {})",
+            requests.len(),
+            self.name(s.node),
+            s.token
         ))
     }
 

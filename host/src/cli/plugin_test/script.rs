@@ -47,6 +47,8 @@ pub struct Script {
     pub build: Option<String>,
     /// The nodes' lease TTL.
     pub ttl: Duration,
+    /// Where the recording HTTP server listens (`record_http`), if the script has one.
+    pub record_http: Option<std::net::SocketAddr>,
     pub steps: Vec<Step>,
 }
 
@@ -65,6 +67,18 @@ pub enum Step {
     CrashOwner { within: Duration },
     /// Starts the crashed nodes again on their data and waits until they are ready.
     Restart { within: Duration },
+    /// Freezes the owner (SIGSTOP) until the plugin starts on the other node, then lets
+    /// it go on (SIGCONT): its lease ran out while it was alive, and its plugin stops
+    /// with `lease-lost` once it runs again.
+    LoseLease { within: Duration },
+    /// Puts `manifest` (a file beside the script) in place of the plugin's manifest on
+    /// both plugin nodes, and waits until the plugin starts again with a higher token: a
+    /// manifest change is a new version, handed over like a new wasm.
+    ChangeManifest { manifest: PathBuf, within: Duration },
+    /// The recording HTTP server (`record_http`) got a request of the current start, and
+    /// what it got so far is fenced: every request carries a `tenure-token`, and none of
+    /// an owner arrived after a newer owner's start began.
+    ExpectRequests { within: Duration },
     /// The start before the current one had `count` cleanups (one, by default), each
     /// with `reason` and outcome ok (`reason` is empty when `count` is 0).
     ExpectCleanup {
@@ -88,6 +102,9 @@ impl Step {
             Step::Handover { .. } => "handover",
             Step::CrashOwner { .. } => "crash-owner",
             Step::Restart { .. } => "restart",
+            Step::LoseLease { .. } => "lose-lease",
+            Step::ChangeManifest { .. } => "change-manifest",
+            Step::ExpectRequests { .. } => "expect-requests",
             Step::ExpectCleanup { .. } => "expect-cleanup",
             Step::ExpectTokensIncrease => "expect-tokens-increase",
             Step::ExpectStateCarried { .. } => "expect-state-carried",
@@ -98,6 +115,9 @@ impl Step {
     pub fn describe(&self) -> String {
         match self {
             Step::WaitLog { line, .. } => format!("wait-log {line}"),
+            Step::ChangeManifest { manifest, .. } => {
+                format!("change-manifest {}", manifest.display())
+            }
             Step::ExpectCleanup { count: 0, .. } => "expect-cleanup count=0".to_string(),
             Step::ExpectCleanup { reason, count, .. } => {
                 format!("expect-cleanup reason={reason} count={count}")
@@ -120,6 +140,8 @@ struct File {
     #[serde(default)]
     ttl: Option<String>,
     #[serde(default)]
+    record_http: Option<std::net::SocketAddr>,
+    #[serde(default)]
     step: Vec<RawStep>,
 }
 
@@ -140,6 +162,16 @@ enum RawStep {
         within: Option<String>,
     },
     Restart {
+        within: Option<String>,
+    },
+    LoseLease {
+        within: Option<String>,
+    },
+    ChangeManifest {
+        manifest: PathBuf,
+        within: Option<String>,
+    },
+    ExpectRequests {
         within: Option<String>,
     },
     ExpectCleanup {
@@ -186,11 +218,19 @@ pub fn parse(text: &str, dir: &Path) -> anyhow::Result<Script> {
     }
     let mut steps = Vec::new();
     for (i, raw) in file.step.into_iter().enumerate() {
-        let step = step(raw).with_context(|| format!("step {}", i + 1))?;
+        let step = step(raw, dir).with_context(|| format!("step {}", i + 1))?;
         let first = i == 0;
         if first != matches!(step, Step::Start { .. }) {
             bail!(
                 "step {}: `start` must be the first step, and only the first",
+                i + 1
+            );
+        }
+        if matches!(step, Step::ExpectRequests { .. }) && file.record_http.is_none() {
+            bail!(
+                "step {}: expect-requests needs a recording server: add record_http = \
+                 \"127.0.0.1:PORT\" to the script, and grant http://127.0.0.1:PORT in the \
+                 plugin's manifest",
                 i + 1
             );
         }
@@ -201,11 +241,12 @@ pub fn parse(text: &str, dir: &Path) -> anyhow::Result<Script> {
         wasm: dir.join(file.plugin),
         build: file.build,
         ttl,
+        record_http: file.record_http,
         steps,
     })
 }
 
-fn step(raw: RawStep) -> anyhow::Result<Step> {
+fn step(raw: RawStep, dir: &Path) -> anyhow::Result<Step> {
     let within = |text: Option<String>, default| match text {
         Some(text) => duration("within", &text),
         None => Ok(default),
@@ -225,6 +266,21 @@ fn step(raw: RawStep) -> anyhow::Result<Step> {
             within: within(w, WAIT_WITHIN)?,
         },
         RawStep::Restart { within: w } => Step::Restart {
+            within: within(w, START_WITHIN)?,
+        },
+        RawStep::ExpectRequests { within: w } => Step::ExpectRequests {
+            within: within(w, WAIT_WITHIN)?,
+        },
+        RawStep::LoseLease { within: w } => Step::LoseLease {
+            within: within(w, WAIT_WITHIN)?,
+        },
+        // Read when the step runs: a build between rounds of `--watch` may rewrite it.
+        RawStep::ChangeManifest {
+            manifest,
+            within: w,
+        } => Step::ChangeManifest {
+            manifest: dir.join(manifest),
+            // A new version is compiled (from the cache: the wasm did not change).
             within: within(w, START_WITHIN)?,
         },
         RawStep::ExpectCleanup {
@@ -348,7 +404,17 @@ first = "count={n}"
         let text = crate::template::TEST_SCRIPT.replace("{{name}}", "my-task");
         let script = parse(&text, Path::new("/p")).unwrap();
         assert_eq!(script.wasm, Path::new("/p/my-task.wasm"));
-        assert_eq!(script.steps.len(), 13);
+        assert_eq!(script.steps.len(), 18);
+        assert!(
+            script
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::LoseLease { .. }))
+        );
+        assert!(script.steps.iter().any(|s| matches!(
+            s,
+            Step::ChangeManifest { manifest, .. } if manifest == Path::new("/p/faster.toml")
+        )));
     }
 
     fn error(text: &str) -> String {
