@@ -65,8 +65,8 @@ const MANIFEST: &str = "{{name}}.toml";
 /// lines.
 pub const TEST_SCRIPT: &str = include_str!("../templates/test.toml");
 
-/// The manifest the test script's `change-manifest` step installs (every template's
-/// manifest with `INTERVAL_MS` halved).
+/// The manifest the test script's `change-manifest` step installs (`INTERVAL_MS` halved,
+/// with the Python and JavaScript templates' limits).
 const FASTER_MANIFEST: &str = include_str!("../templates/faster.toml");
 
 const RUST: &[File] = &[

@@ -138,6 +138,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// The plugin's manifest as installed on the first plugin node, if any.
+    pub fn installed_manifest(&self) -> Option<Vec<u8>> {
+        let plugins = self.dir.path().join(&self.nodes[0].name).join("plugins");
+        std::fs::read(plugins.join(format!("{}.toml", self.stem))).ok()
+    }
+
     /// The temporary dir.
     pub fn dir(&self) -> &Path {
         self.dir.path()

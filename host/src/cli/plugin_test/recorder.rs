@@ -52,14 +52,16 @@ impl Recorder {
             .enable_all()
             .build()
             .context("cannot start the recording server's runtime")?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+                .context("cannot serve the recording HTTP server's socket")?
+        };
         let kept = requests.clone();
         std::thread::Builder::new()
             .name("plugin-test-recorder".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
                     tokio::select! {
                         _ = accept(listener, kept) => {}
                         _ = stopped => {}

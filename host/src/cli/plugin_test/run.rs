@@ -355,14 +355,33 @@ impl Runner {
             ),
         );
         // Let it go on whatever happened: a frozen node would hold up every later step.
+        let woke = self.cluster.nodes[s.node].len();
         let resumed = self.cluster.nodes[s.node].signal(libc::SIGCONT);
         let start = started?;
         if !resumed {
             return fail(format!("{frozen} to go on (SIGCONT)"), "it does not run");
         }
+        // Back in the cluster before the next step: its plugin stopped, it opened a new
+        // session and its plugin is advertised again (a move to it needs that).
+        let node = &self.cluster.nodes[s.node];
+        let deadline = Instant::now() + within;
+        let rejoined = node.wait(woke, within, |events, _| {
+            events
+                .iter()
+                .any(|e| e["event"] == "session.opened")
+                .then_some(())
+        });
+        if let Err(e) = rejoined {
+            return fail(
+                format!("{frozen} to open a new session after it went on"),
+                e.to_string(),
+            );
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.wait_advertised(Instant::now(), left)?;
         Ok(format!(
             "froze {frozen} (SIGSTOP); its lease ran out and the slot started on {} with \
-             token {} after {}; {frozen} goes on (SIGCONT)",
+             token {} after {}; {frozen} went on (SIGCONT) and is back with a new session",
             self.name(to),
             start.token,
             took(began)
@@ -385,6 +404,33 @@ impl Runner {
                 );
             }
         };
+        let parsed = std::str::from_utf8(&text)
+            .map_err(|e| e.to_string())
+            .and_then(|text| crate::catalog::Manifest::parse(&self.cluster.stem, text));
+        match parsed {
+            Ok(m) if m.resource == self.resource && m.tickets == 1 => {}
+            Ok(m) => {
+                return fail(
+                    format!(
+                        "{} to name resource {} with tickets = 1",
+                        manifest.display(),
+                        self.resource
+                    ),
+                    format!("resource {}, tickets = {}", m.resource, m.tickets),
+                );
+            }
+            Err(e) => return fail(format!("{} to be a manifest", manifest.display()), e),
+        }
+        if self.cluster.installed_manifest().as_deref() == Some(&text[..]) {
+            return fail(
+                format!(
+                    "{} to differ from the installed manifest",
+                    manifest.display()
+                ),
+                "the same bytes: nothing would change",
+            );
+        }
+        let was = self.digest_of(s);
         let froms: Vec<usize> = self.cluster.nodes[..PLUGIN_NODES]
             .iter()
             .map(|n| n.len())
@@ -392,12 +438,19 @@ impl Runner {
         if let Err(e) = self.cluster.replace_manifest(&text) {
             return fail("the new manifest in both plugin folders", format!("{e:#}"));
         }
-        let start = self.wait_started(
-            &froms,
-            s.token,
-            (began, within),
-            &format!("the plugin to start again under {}", manifest.display()),
-        )?;
+        // A start of another version: one of the old manifest (a node that had not read
+        // the new one yet) does not count.
+        let start = loop {
+            let start = self.wait_started(
+                &froms,
+                self.current().token,
+                (began, within),
+                &format!("the plugin to start again under {}", manifest.display()),
+            )?;
+            if self.digest_of(start) != was {
+                break start;
+            }
+        };
         Ok(format!(
             "installed {} on both plugin nodes; the plugin started again on {} with token {} \
              after {}",
@@ -409,20 +462,32 @@ impl Runner {
     }
 
     /// Every start of the resource the nodes wrote (restarts after a failure included),
-    /// with when it began, by token.
-    fn started_at(&self) -> Vec<(u64, std::time::SystemTime)> {
-        let mut starts: Vec<(u64, std::time::SystemTime)> = self.cluster.nodes[..PLUGIN_NODES]
-            .iter()
-            .flat_map(|node| node.events_from(0))
-            .filter(|e| self.of(e, "plugin.started", None))
-            .filter_map(|e| {
-                let token = e["token"].as_u64()?;
-                let at = humantime::parse_rfc3339(e["timestamp"].as_str()?).ok()?;
-                Some((token, at))
-            })
-            .collect();
+    /// with when it began, by token; an event without a token or a readable time is an
+    /// error, not skipped (skipping it could only hide a stale request).
+    fn started_at(&self) -> Result<Vec<(u64, std::time::SystemTime)>, Failure> {
+        let mut starts = Vec::new();
+        for node in &self.cluster.nodes[..PLUGIN_NODES] {
+            for e in node.events_from(0) {
+                if !self.of(&e, "plugin.started", None) {
+                    continue;
+                }
+                let token = e["token"].as_u64();
+                let at = e["timestamp"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339(t).ok());
+                match (token, at) {
+                    (Some(token), Some(at)) => starts.push((token, at)),
+                    _ => {
+                        return fail(
+                            "each plugin.started to have a token and an RFC 3339 timestamp",
+                            format!("on {}: {e}", node.name),
+                        );
+                    }
+                }
+            }
+        }
         starts.sort();
-        starts
+        Ok(starts)
     }
 
     fn expect_requests(&mut self, within: Duration) -> Result<String, Failure> {
@@ -455,18 +520,30 @@ impl Runner {
         };
         if let Some(r) = requests.iter().find(|r| r.token.is_none()) {
             return fail(
-                "every request to carry tenure-token (the host stamps every request made \
-                 through its HTTP)",
+                "every request to carry a numeric tenure-token (the host stamps every \
+                 request made through its HTTP)",
                 format!(
-                    "{} {} arrived without it: a request that goes around the host's HTTP \
+                    "{} {} arrived without one: a request that goes around the host's HTTP \
                      (a raw socket) is not fenced",
                     r.method, r.path
                 ),
             );
         }
-        let starts = self.started_at();
+        let starts = self.started_at()?;
+        // The host writes no byte of a request once the instance may no longer act
+        // (`runtime/http/socket.rs`), and a successor starts only after that: so on one
+        // machine every request of an owner arrives before a newer owner's start began.
         for r in &requests {
             let token = r.token.unwrap_or_default();
+            if !starts.iter().any(|(t, _)| *t == token) {
+                return fail(
+                    "every request's tenure-token to be one of this run's starts",
+                    format!(
+                        "{} {} carried token {token}, which no start had",
+                        r.method, r.path
+                    ),
+                );
+            }
             let newer = starts.iter().find(|(t, _)| *t > token);
             if let Some((newer, at)) = newer
                 && r.at > *at
@@ -490,6 +567,13 @@ impl Runner {
             self.name(s.node),
             s.token
         ))
+    }
+
+    /// The version digest a start ran (its `plugin.started`).
+    fn digest_of(&self, s: Start) -> String {
+        let events = self.cluster.nodes[s.node].events_from(s.at);
+        let started = events.first().and_then(|e| e["digest"].as_str());
+        started.unwrap_or_default().to_string()
     }
 
     fn restart(&mut self, within: Duration) -> Result<String, Failure> {

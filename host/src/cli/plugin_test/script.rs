@@ -226,6 +226,9 @@ pub fn parse(text: &str, dir: &Path) -> anyhow::Result<Script> {
                 i + 1
             );
         }
+        if file.record_http.is_some_and(|a| a.port() == 0) {
+            bail!("record_http: give a port (the plugin's manifest must grant it)");
+        }
         if matches!(step, Step::ExpectRequests { .. }) && file.record_http.is_none() {
             bail!(
                 "step {}: expect-requests needs a recording server: add record_http = \

@@ -84,12 +84,30 @@ impl AsyncRead for Socket {
     }
 }
 
+impl Socket {
+    /// Refuses a write once the instance may no longer act. The fence also drops the
+    /// request then (`http.rs` `send`), but which of the two a task polls first after a
+    /// pause (a frozen process, a long stall) is not ordered: without this check a request
+    /// admitted before D could write its first bytes after D.
+    fn fenced(&self) -> Option<std::io::Error> {
+        (self.may_no_longer_act)().then(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the instance may no longer act (its lease ended or it is being stopped)",
+            )
+        })
+    }
+}
+
 impl AsyncWrite for Socket {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if let Some(error) = self.fenced() {
+            return Poll::Ready(Err(error));
+        }
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
@@ -98,6 +116,9 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        if let Some(error) = self.fenced() {
+            return Poll::Ready(Err(error));
+        }
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
