@@ -301,7 +301,9 @@ fn a_plugin_test_step_that_does_not_hold_fails_with_what_was_expected() {
 /// GETs the recorder every 100 ms; the script checks after a start, a handover and a lease
 /// lost while alive (a frozen owner) that every request carried its owner's
 /// `tenure-token` and none of an owner arrived after a newer owner started. A plugin that
-/// sends elsewhere fails `expect-requests`, saying what arrived.
+/// sends elsewhere fails `expect-requests`, saying what arrived. The manifest names a
+/// secret file, which the test copies to its nodes (before, the nodes refused the plugin:
+/// the file was missing in their folders).
 #[test]
 fn plugin_test_records_the_plugin_s_requests_and_checks_their_fence() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,11 +313,14 @@ fn plugin_test_records_the_plugin_s_requests_and_checks_their_fence() {
         .unwrap()
         .port();
     std::fs::write(dir.path().join("poller.wasm"), plugins().sdk_poller_bytes()).unwrap();
+    std::fs::create_dir(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("secrets/token"), "s3cret\n").unwrap();
     let manifest = |target: &str| {
         format!(
             "resource = \"poller\"\n[limits]\nstop_grace = \"200ms\"\ncleanup_timeout = \"1s\"\n\
              [capabilities]\nallowed_outbound_hosts = [\"http://127.0.0.1:{port}\", \"http://127.0.0.1:9\"]\n\
-             env = {{ TARGET_URL = \"{target}\", INTERVAL_MS = \"100\" }}\n"
+             env = {{ TARGET_URL = \"{target}\", INTERVAL_MS = \"100\" }}\n\
+             secrets = {{ API_TOKEN = \"secrets/token\" }}\n"
         )
     };
     std::fs::write(

@@ -230,7 +230,7 @@ async fn send(
     };
     let sending = connect::send_request(request, options, abandoned);
     let (response, connection) = tokio::select! {
-        result = sending => result.inspect_err(|e| failed(&ctx, &target, e))?,
+        result = sending => fenced(&ctx, &target, result)?,
         refusal = may_no_longer_act(&ctx) => {
             refused(&ctx, "http", &target, refusal.into(), true);
             return Err(Error::HttpRequestDenied);
@@ -238,7 +238,7 @@ async fn send(
     };
     let connection = async move {
         tokio::select! {
-            result = connection => result.inspect_err(|e| failed(&ctx, &target, e)),
+            result = connection => fenced(&ctx, &target, result),
             refusal = may_no_longer_act(&ctx) => {
                 refused(&ctx, "http", &target, refusal.into(), true);
                 Err(Error::HttpRequestDenied)
@@ -249,6 +249,22 @@ async fn send(
         response.map(BodyExt::boxed_unsync),
         Box::new(connection) as Box<dyn Future<Output = _> + Send>,
     ))
+}
+
+/// The outcome of a request's exchange, with an error that came because the instance may
+/// no longer act said as the fence's refusal: the socket refuses writes from then on
+/// (`http/socket.rs`), and that write error can come before the fence's own wake-up.
+fn fenced<T>(ctx: &InstanceContext, target: &str, result: Result<T, Error>) -> Result<T, Error> {
+    result.map_err(|error| match ctx.may_act() {
+        Err(refusal) => {
+            refused(ctx, "http", target, refusal.into(), true);
+            Error::HttpRequestDenied
+        }
+        Ok(()) => {
+            failed(ctx, target, &error);
+            error
+        }
+    })
 }
 
 /// Writes `plugin.effect_failed` for a request towards `target` that the network or the

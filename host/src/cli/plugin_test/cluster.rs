@@ -36,6 +36,9 @@ pub struct Plugin {
     pub stem: String,
     pub wasm: Vec<u8>,
     pub manifest: Option<Vec<u8>>,
+    /// The files the manifest's `secrets` name, by their path relative to the plugins
+    /// folder, as they were beside the wasm.
+    pub secrets: Vec<(PathBuf, Vec<u8>)>,
 }
 
 /// The nodes and their temporary dir.
@@ -241,8 +244,16 @@ fn config(
     text
 }
 
-/// Writes the manifest then the wasm into a plugins folder.
+/// Writes the secret files (owner-only), the manifest, then the wasm into a plugins folder.
 fn install(plugins: &Path, plugin: &Plugin) -> anyhow::Result<()> {
+    for (relative, bytes) in &plugin.secrets {
+        let path = plugins.join(relative);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        crate::owner_only::write_atomic(&path, bytes)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     if let Some(manifest) = &plugin.manifest {
         std::fs::write(plugins.join(format!("{}.toml", plugin.stem)), manifest)?;
     }

@@ -140,11 +140,22 @@ fn read_plugin(wasm: &Path) -> anyhow::Result<(Plugin, String)> {
         Some(path) => Some(std::fs::read(path)?),
         None => None,
     };
+    // The secret files go to the nodes too (their paths are relative to the plugins
+    // folder, which is the wasm's dir here); `read_plugin` above has read each.
+    let dir = wasm.parent().unwrap_or(Path::new("."));
+    let mut secrets = Vec::new();
+    for relative in manifest.capabilities.secrets.values() {
+        let path = dir.join(relative);
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        secrets.push((relative.clone(), bytes));
+    }
     Ok((
         Plugin {
             stem,
             wasm: entry.wasm.to_vec(),
             manifest: manifest_bytes,
+            secrets,
         },
         manifest.resource.clone(),
     ))
