@@ -276,12 +276,20 @@ impl Runner {
         Ok(other)
     }
 
-    fn handover(&mut self, within: Duration) -> Result<String, Failure> {
-        let began = Instant::now();
+    /// For a step that moves the slot to the other plugin node: the current start, the
+    /// node that is to take the slot, and where to look for its start (only that node's
+    /// events, from now on).
+    fn to_other(&self, step: &str) -> Result<(Start, usize, Vec<usize>), Failure> {
         let s = self.current();
-        let to = self.other(s, "handover")?;
+        let to = self.other(s, step)?;
         let mut froms = vec![usize::MAX; PLUGIN_NODES];
         froms[to] = self.cluster.nodes[to].len();
+        Ok((s, to, froms))
+    }
+
+    fn handover(&mut self, within: Duration) -> Result<String, Failure> {
+        let began = Instant::now();
+        let (s, to, froms) = self.to_other("handover")?;
         let to_name = self.name(to).to_string();
         match self.cluster.move_slot(&self.resource, &to_name) {
             Ok(_) => {}
@@ -311,10 +319,7 @@ impl Runner {
 
     fn crash_owner(&mut self, within: Duration) -> Result<String, Failure> {
         let began = Instant::now();
-        let s = self.current();
-        let to = self.other(s, "crash-owner")?;
-        let mut froms = vec![usize::MAX; PLUGIN_NODES];
-        froms[to] = self.cluster.nodes[to].len();
+        let (s, to, froms) = self.to_other("crash-owner")?;
         self.cluster.nodes[s.node].kill();
         self.crashed.push(s.node);
         let start = self.wait_started(
@@ -334,10 +339,7 @@ impl Runner {
 
     fn lose_lease(&mut self, within: Duration) -> Result<String, Failure> {
         let began = Instant::now();
-        let s = self.current();
-        let to = self.other(s, "lose-lease")?;
-        let mut froms = vec![usize::MAX; PLUGIN_NODES];
-        froms[to] = self.cluster.nodes[to].len();
+        let (s, to, froms) = self.to_other("lose-lease")?;
         let frozen = self.name(s.node).to_string();
         if !self.cluster.nodes[s.node].signal(libc::SIGSTOP) {
             return fail(
