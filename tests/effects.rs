@@ -29,6 +29,22 @@ fn started(resource: &str) -> impl Fn(&Value) -> bool {
     is("plugin.started").with("resource", resource).f()
 }
 
+/// Waits until the webhook's instance under `old_token` cleaned up for `plugin-updated`
+/// and the next one started under a higher token; returns that start.
+fn updated_after(node: &Node, old_token: u64) -> Value {
+    let cleanup = node.wait_for(
+        "the old instance's cleanup",
+        is("plugin.cleanup").with("token", old_token).f(),
+        WAIT,
+    );
+    assert_eq!(cleanup["reason"], "plugin-updated", "{cleanup}");
+    node.wait_for(
+        "the next instance started",
+        |e| started("webhook")(e) && e["token"].as_u64().is_some_and(|t| t > old_token),
+        WAIT,
+    )
+}
+
 /// Stops the node with SIGINT and waits for it to exit cleanly.
 fn shut_down(node: &mut Node) {
     node.signal(libc::SIGINT);
@@ -188,18 +204,7 @@ fn narrowing_a_grant_hands_the_plugin_over_and_the_withdrawn_host_is_refused() {
 
     eprintln!("phase: the grant is withdrawn from the manifest");
     install_webhook(&node, &format!("allowed_outbound_hosts = []\n{env}"));
-    let cleanup = node.wait_for(
-        "the old instance's cleanup",
-        is("plugin.cleanup").with("token", old_token).f(),
-        WAIT,
-    );
-    assert_eq!(cleanup["reason"], "plugin-updated", "{cleanup}");
-    let new = node.wait_for(
-        "the new version started",
-        |e| started("webhook")(e) && e["token"].as_u64().is_some_and(|t| t > old_token),
-        WAIT,
-    );
-    let new_token = token(&new);
+    let new_token = token(&updated_after(&node, old_token));
     let refusal = node.wait_for(
         "the withdrawn host refused",
         is("plugin.effect_refused").with("token", new_token).f(),
@@ -278,18 +283,7 @@ fn a_new_secret_value_restarts_the_instance_under_the_same_version() {
     );
     assert_eq!(changed["resource"], "webhook", "{changed}");
     assert_eq!(changed["what"], "secrets", "{changed}");
-    let cleanup = node.wait_for(
-        "the old instance's cleanup",
-        is("plugin.cleanup").with("token", old_token).f(),
-        WAIT,
-    );
-    assert_eq!(cleanup["reason"], "plugin-updated", "{cleanup}");
-    let new = node.wait_for(
-        "the next instance started",
-        |e| started("webhook")(e) && e["token"].as_u64().is_some_and(|t| t > old_token),
-        WAIT,
-    );
-    let new_token = token(&new).to_string();
+    let new_token = token(&updated_after(&node, old_token)).to_string();
     let deadline = Instant::now() + WAIT;
     while !server
         .requests()

@@ -478,9 +478,11 @@ impl Cluster {
     }
 
     /// Records every advert as installed at `index`, when the version that orders
-    /// installs is reached: all at once, so the adverts of before keep the order they had
-    /// (the greater digest) until a member installs something new, and a member that
-    /// advertises the same files again later is not taken for one that installed them.
+    /// installs is reached: all at once, so adverts that stay as they are keep the order
+    /// they had (the greater digest), and a member that advertises the same files again
+    /// later is not taken for one that installed them. (A plugin with manifest terms is
+    /// advertised again under its whole digest right after, `catalog::Entry::digest_at`:
+    /// that counts as an install, in the order the members' adverts commit.)
     fn record_installed(&mut self, index: u64) {
         for (node, member) in &self.members {
             let installed = self.installed.entry(node.clone()).or_default();

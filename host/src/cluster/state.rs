@@ -92,8 +92,9 @@ pub struct Cluster {
     ///
     /// Kept when the advert is withdrawn (a node withdraws every advert when it shuts
     /// down), so a node that comes back with the files it had is not taken for one that
-    /// installed them anew: a stale folder on a restarted node never wins back. Dropped
-    /// with the member. Last, and left out of images and hashes while empty.
+    /// installed them anew. (One with no record, down when the version was reached or
+    /// removed and joined again, is recorded when it advertises.) Dropped with the
+    /// member. Last, and left out of images and hashes while empty.
     #[serde(default)]
     pub installed: BTreeMap<String, BTreeMap<String, Installed>>,
 }

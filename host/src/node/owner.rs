@@ -50,6 +50,10 @@ pub struct Owner {
     releasing: BTreeMap<(String, u32), Instant>,
     /// Slots whose plugin version is missing here, already reported.
     reported: BTreeSet<(String, u32, u64)>,
+    /// The loaded plugins the running instances were last compared with: they are
+    /// compared again only when the folder published another set (a reconciliation runs
+    /// on every applied entry; the files change seldom).
+    compared: Option<Plugins>,
     /// Whether plugins stop on their own at the lease deadline (always, except in the
     /// checker's deliberately broken run: [`UNSAFE_NO_SELF_DEMOTION`]).
     self_demotion: bool,
@@ -79,6 +83,7 @@ impl Owner {
             ended: BTreeMap::new(),
             releasing: BTreeMap::new(),
             reported: BTreeSet::new(),
+            compared: None,
             self_demotion,
         }
     }
@@ -119,6 +124,11 @@ impl Owner {
                 .collect()
         });
         let keys: BTreeSet<(String, u32)> = mine.iter().map(|(r, n, _)| (r.clone(), *n)).collect();
+        let republished = !self
+            .compared
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, plugins));
+        self.compared = Some(plugins.clone());
 
         for (resource, number, slot) in mine {
             let key = (resource.clone(), number);
@@ -127,8 +137,9 @@ impl Owner {
                 // the instance runs: new secret values under the same version, or,
                 // beside 0.2.0 (where a version is named by its wasm alone), another
                 // manifest of the same wasm.
-                let changed = plugins
-                    .get(&(resource.clone(), slot.digest.clone()))
+                let changed = republished
+                    .then(|| plugins.get(&(resource.clone(), slot.digest.clone())))
+                    .flatten()
                     .and_then(|now| {
                         let was = &running.loaded.entry;
                         if now.entry.digest != was.digest {
