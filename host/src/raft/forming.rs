@@ -468,6 +468,12 @@ pub(crate) async fn decide(
                     .collect();
                 match super::replace::ask(shared, &attached, &ask).await {
                     super::replace::Asked::Replaced { by } => {
+                        // Asked again because a replica that has not applied the
+                        // removal yet still names this node a member: it catches up.
+                        if replaced {
+                            tokio::time::sleep(ASK_AGAIN).await;
+                            continue;
+                        }
                         tracing::info!(
                             event = crate::events::CLUSTER_WAITING,
                             via = %by,

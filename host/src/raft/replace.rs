@@ -18,7 +18,12 @@
 //!   name (`Cluster::stores`) is refused: that member did not lose its disk. So is one for
 //!   a member whose store the cluster does not know (below version 7, or no session since
 //!   the raise): a replica that missed the replacement would address the new node as the
-//!   old member with no store named, and the new node could not tell (`service.rs`).
+//!   old member with no store named, and the new node could not tell (`service.rs`). A
+//!   store the cluster retired with an earlier member of the name is refused too.
+//! - **Asked again, the same answer.** A name that is no member (the removal committed,
+//!   but its answer was lost, or the node asked again because a replica that had not yet
+//!   applied the removal still named it a member) is answered [`ReplaceReply::Removed`]:
+//!   there is no old member left to remove, and the node joins as a new one.
 //! - **Only the node itself.** The request's sender is the authenticated name; no member
 //!   can have another replaced.
 //!
@@ -76,19 +81,34 @@ impl Shared {
                 leader: self.leader().map(|(_, p)| p),
             };
         }
-        let (session, recorded, version) = {
+        let (member, session, recorded, version, retired) = {
             let cluster = self.cluster.read().unwrap_or_else(|e| e.into_inner());
             let member = cluster.members.get(from);
             (
+                member.is_some(),
                 member.and_then(|m| m.session.as_ref()).map(|s| s.id),
                 cluster.stores.get(from).copied(),
                 cluster.version,
+                cluster.is_retired(from, store),
             )
         };
+        let addressed = version >= crate::version::ADDRESSED;
+        if addressed && retired {
+            let error = format!(
+                "{from} asks to be replaced by its store {store}, which the cluster retired with an earlier member of that name"
+            );
+            self.refusals.record(Refusal::Forbidden, from, &error);
+            return ReplaceReply::Refused(error);
+        }
+        // Asked again after the removal (its answer was lost, or a replica that had not
+        // applied it yet still named the node a member): the old member is out already.
+        if addressed && !member {
+            return ReplaceReply::Removed;
+        }
         // Only where a replica that missed the rejoin cannot take the new node for the
         // old member: its messages name the old store (`service.rs`). Elsewhere the way
         // back stays the operator's.
-        if version < crate::version::ADDRESSED || recorded.is_none() {
+        if !addressed || recorded.is_none() {
             return ReplaceReply::Refused(format!(
                 "the cluster does not know which store {from} ran on (its version is {version}; a store is recorded from version {} at a session's opening), so a replica that missed the replacement could take the new node for the old member: replace it by hand",
                 crate::version::ADDRESSED
