@@ -53,6 +53,7 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
     let wiped = (0..3).find(|&i| i != frozen).unwrap();
     let keeper = (0..3).find(|&i| i != frozen && i != wiped).unwrap();
     let name = cluster.name(wiped).to_string();
+    let old_id = cluster.wait("the wiped node's member id", WAIT, |c| member_id(c, &name));
     cluster.pause(frozen);
     let at_pause = *counts(&cluster.merged()).last().unwrap();
     // Saves committed by the two others only.
@@ -98,8 +99,23 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
             .filter(|n| !n["session"].is_null())
             .map(|_| ())
     });
+    // A member id of its own (issue 24, item 1): never the old member's, which voted
+    // and held a log it no longer has.
+    let new_id = cluster.wait("the new member listed", WAIT, |c| member_id(c, &name));
+    assert_ne!(new_id, old_id, "{name} came back under its old member's id");
     assert_increasing(&counts(&cluster.merged()));
     assert_safe(&cluster.merged(), "counter", 1);
+}
+
+/// The Raft member id `tenure member list` gives node `name`, if it lists it.
+fn member_id(cluster: &Cluster, name: &str) -> Option<u64> {
+    let out = cluster.admin(&["member", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    list["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)?["id"]
+        .as_u64()
 }
 
 /// A node that waits for its peers (here, a majority of initial members that is not

@@ -25,6 +25,7 @@ mod datadir;
 mod grants;
 mod handoff;
 mod leader;
+mod new_member;
 mod next_protocol;
 mod notify;
 mod owner;
@@ -153,7 +154,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Held until the node ends: a second node on this data dir is refused.
     let _data_dir_lock = preflight::lock_data_dir(&config.data_dir)?;
     let files = tls_files(&config)?;
-    let incarnation = next_incarnation(&config.data_dir)?;
     // Cache misses compile in a child process of this same binary (runtime/compiler.rs).
     // /proc/self/exe runs this process's own image even if the file was replaced since.
     // Their functions are kept in the incremental cache (runtime/incremental.rs), so the
@@ -172,6 +172,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let renewals = Arc::new(Renewals::new());
     let mut options =
         ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
+    options.new_member = new_member::is_new_member(&config, &files, listen).await?;
+    // After the question's transport (which took one): peers take a node's newest.
+    let incarnation = next_incarnation(&config.data_dir)?;
     options.voters = config.voters;
     options.replace_voter_after = config.replace_voter_after;
     options.replica_check = config.replica_check;

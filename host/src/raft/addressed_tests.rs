@@ -6,7 +6,6 @@ use super::kinds::{APPEND_ENTRIES, INSTALL_SNAPSHOT, VOTE};
 use super::network::DROPPED;
 use super::refusals::Refusal;
 use super::tests::{Group, addressed_with_a_session};
-use super::types::node_id;
 use crate::cluster::{Command, Response};
 use crate::transport::tests::{init_logs, wait_until};
 
@@ -119,7 +118,7 @@ async fn a_vote_request_meant_for_the_old_store_of_a_rejoined_node_is_refused() 
             .vote
             .leader_id()
             .voted_for()
-            == Some(node_id(stale))
+            == Some(group.control(stale).member_id())
     };
     let _ = group.control(stale).shared.raft.trigger().elect().await;
     wait_until(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use openraft::{CommittedLeaderId, LogId};
 
+use super::kinds::{APPEND_ENTRIES_TO, VOTE_TO};
 use super::network;
 use super::tests::{Group, join_command, last_applied};
 use super::types::{
@@ -354,23 +355,24 @@ async fn a_member_proposing_commands_about_another_node_is_refused_and_counted()
     group.shutdown().await;
 }
 
-/// An AppendEntries (or vote request) of `sender`, with a committed vote of `term`.
-fn append(sender: &str, term: u64) -> Vec<u8> {
+/// An AppendEntries (or vote request) of `sender` as its member (its store and member
+/// id), with a committed vote of `term`.
+fn append(group: &Group, sender: &str, term: u64) -> Vec<u8> {
     let request = super::types::AppendEntriesRequest {
-        vote: Vote::new_committed(term, node_id(sender)),
+        vote: Vote::new_committed(term, group.control(sender).member_id()),
         prev_log_id: None,
         entries: vec![],
         leader_commit: None,
     };
-    postcard::to_allocvec(&request).unwrap()
+    super::tests::from_store_of(group, sender, request)
 }
 
-fn vote_request(sender: &str, term: u64) -> Vec<u8> {
+fn vote_request(group: &Group, sender: &str, term: u64) -> Vec<u8> {
     let request = super::types::VoteRequest {
-        vote: Vote::new(term, node_id(sender)),
+        vote: Vote::new(term, group.control(sender).member_id()),
         last_log_id: None,
     };
-    postcard::to_allocvec(&request).unwrap()
+    super::tests::from_store_of(group, sender, request)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,6 +381,7 @@ async fn raft_messages_from_a_stranger_and_a_learner_s_forged_term_are_refused()
     let mut group = Group::new();
     group.bootstrap(&["n1", "n2"], 2).await;
     let leader = group.leader(&["n1", "n2"]).await;
+    group.raise(&leader).await;
     let follower = if leader == "n1" { "n2" } else { "n1" };
     // n3 joins but stays a learner (the group wants 2 voters); n4 never joins. A learner
     // is a member: its vote requests reach Raft (`healing_tests.rs` says why), but not an
@@ -397,15 +400,20 @@ async fn raft_messages_from_a_stranger_and_a_learner_s_forged_term_are_refused()
     let refused = [
         (
             "n4",
-            APPEND_ENTRIES,
-            append("n4", term + 10),
+            APPEND_ENTRIES_TO,
+            append(&group, "n4", term + 10),
             "not a member",
         ),
-        ("n4", VOTE, vote_request("n4", term + 10), "not a member"),
+        (
+            "n4",
+            VOTE_TO,
+            vote_request(&group, "n4", term + 10),
+            "not a member",
+        ),
         (
             "n3",
-            APPEND_ENTRIES,
-            append("n3", term + 10),
+            APPEND_ENTRIES_TO,
+            append(&group, "n3", term + 10),
             "not a voter here",
         ),
     ];

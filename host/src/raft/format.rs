@@ -12,6 +12,7 @@
 //! | `writer` | the build that last opened the store for writing, UTF-8 (`tenure 0.1.0`) |
 //! | `store` | the store's id (`cluster/identity.rs`), its 16 bytes; since format 4 |
 //! | `cluster_version` | the cluster's version as this replica last applied it (`crate::version`), a `u32`, 4 bytes little-endian; written when a raise applies, since format 5 |
+//! | `member_ids` | how this store's member id is made, one byte: `1`, of the node's name and the store id (`types::member_id`); written when a new store is opened for a node that joins as a new member, since format 6. Absent: the name's id (`types::node_id`), as every initial member's and every store of before has |
 //!
 //! Keys may be added later without a new format (a reader ignores keys it does not
 //! know); a value's encoding never changes.
@@ -92,7 +93,7 @@ pub const FORMATS: &[(u32, &str)] = &[
     ),
     (
         6,
-        "format 5, stamped log entries (`Proposal::Stamped`, `StampedFrom`) and the stamped commands' answers as the snapshot image's last field (left out while there are none); written once the cluster's version is 7, a store stays in format 5 until then",
+        "format 5, stamped log entries (`Proposal::Stamped`, `StampedFrom`) and the stamped commands' answers as the snapshot image's last field (left out while there are none), and member ids of a name and a store (`member_ids` in the record); written once the cluster's version is 7, or when a new member's store records its member id, a store stays in format 5 until then",
     ),
 ];
 
@@ -102,6 +103,9 @@ const VERSION: &str = "version";
 const WRITER: &str = "writer";
 const STORE: &str = "store";
 const CLUSTER_VERSION: &str = "cluster_version";
+const MEMBER_IDS: &str = "member_ids";
+/// [`MEMBER_IDS`]: of the name and the store.
+const OF_NAME_AND_STORE: u8 = 1;
 
 /// The build, as the record names it.
 pub fn writer() -> String {
@@ -304,6 +308,52 @@ pub(crate) fn apply(plan: &Plan, tx: &WriteTransaction) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Records, durably, that the store's member id is of its node's name and its store id
+/// (`types.rs`): for a new store of a node that joins as a new member. The store moves to
+/// [`STORE_FORMAT`] with it, which 0.2.0 refuses: it would take the name's id, another
+/// member's.
+pub(crate) fn record_member_ids(db: &Database) -> Result<(), String> {
+    let mut tx = db.begin_write().map_err(|e| e.to_string())?;
+    tx.set_durability(redb::Durability::Immediate)
+        .map_err(|e| e.to_string())?;
+    {
+        let mut table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+        table
+            .insert(MEMBER_IDS, [OF_NAME_AND_STORE].as_slice())
+            .map_err(|e| e.to_string())?;
+        let format = redb::ReadableTable::get(&table, VERSION)
+            .map_err(|e| e.to_string())?
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map_or(0, u32::from_le_bytes);
+        if format < STORE_FORMAT {
+            table
+                .insert(VERSION, STORE_FORMAT.to_le_bytes().as_slice())
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
+
+/// The member id of node `name` on the open store `db`, of store id `store`: of the
+/// name and the store for a store made by this build, the name's for one made before
+/// (`types.rs`).
+pub(crate) fn member_id(
+    db: &impl ReadableDatabase,
+    name: &str,
+    store: crate::cluster::StoreId,
+) -> Result<super::types::NodeId, String> {
+    let tx = db.begin_read().map_err(|e| e.to_string())?;
+    let table = tx.open_table(TABLE).map_err(|e| e.to_string())?;
+    let ids = table.get(MEMBER_IDS).map_err(|e| e.to_string())?;
+    match ids.as_ref().map(|v| v.value()) {
+        None => Ok(super::types::node_id(name)),
+        Some([OF_NAME_AND_STORE]) => Ok(super::types::member_id(name, store)),
+        Some(other) => Err(format!(
+            "the format record says its member ids are made in a way this build does not know ({other:?}): a newer build made this store"
+        )),
+    }
 }
 
 /// The store id in the record of an open store (every store has one once [`apply`] ran).

@@ -103,6 +103,14 @@ async fn the_stores_of_262d90b_are_migrated_once_and_keep_every_value() {
             ["n1", "n2", "n3"],
             "{node}"
         );
+        // Its member keeps the id it had: the name's (`types.rs`).
+        let db = db::open(&dir).await.unwrap();
+        let store = format::store_id(&*db).unwrap();
+        assert_eq!(
+            format::member_id(&*db, node, store),
+            Ok(super::types::node_id(node))
+        );
+        drop(db);
         assert_eq!(
             cluster.id, None,
             "{node}: no id until the first leader after the upgrade"
@@ -320,6 +328,24 @@ fn a_new_store_is_made_in_the_current_format() {
         }
     );
     assert!(!dir.path().join("raft.redb.format-1").exists());
+    // Its member id is its name's, until it records that it joins as a new member: then
+    // of its name and store, in a format 0.2.0 refuses (`types.rs`).
+    let db = runtime.block_on(db::open(dir.path())).unwrap();
+    let store = format::store_id(&*db).unwrap();
+    assert_eq!(
+        format::member_id(&*db, "n1", store),
+        Ok(super::types::node_id("n1"))
+    );
+    format::record_member_ids(&db).unwrap();
+    assert_eq!(
+        format::member_id(&*db, "n1", store),
+        Ok(super::types::member_id("n1", store))
+    );
+    drop(db);
+    assert!(matches!(
+        format::inspect(dir.path()).unwrap(),
+        Found::Record { version, .. } if version == format::STORE_FORMAT
+    ));
 }
 
 /// The snapshot image of the golden samples as store format `from` recorded it (kept in

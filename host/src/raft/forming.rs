@@ -54,6 +54,7 @@
 //! this window too.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -63,6 +64,7 @@ use super::Shared;
 use super::error::ControlError;
 use super::kinds::STORE_INFO;
 use super::network::Attached;
+use super::types::Peer;
 use crate::cluster::{ClusterId, StoreId};
 
 /// How often a node waiting for its peers asks again.
@@ -304,6 +306,34 @@ pub(crate) fn verdict(me: &str, joining: bool, answers: &[(String, Option<StoreI
 /// Node `name` at `addr`'s answer to [`STORE_INFO`]; `None` if it gave none in time.
 pub(crate) async fn ask(attached: &Attached, name: &str, addr: &str) -> Option<StoreInfo> {
     asked(attached, name, addr).await.ok()
+}
+
+/// Whether any of `peers` (name, address) answers that its cluster knows node `me` as a
+/// registered member, or removed a member of its name: then a node on a new data dir is not an
+/// initial member, whatever its `peers` say, but comes back as a new member, and takes a
+/// member id of its own before its Raft starts (`types.rs`, `ControlOptions::new_member`).
+/// Asked once, through `rpc`, a transport bound for this question only; each node that
+/// gives no answer in time counts as not knowing (a cluster that is down as a whole is
+/// not told apart from one not yet formed: the node then starts as an initial member,
+/// under its name's id).
+pub async fn knows_me(rpc: Arc<crate::rpc::Rpc>, me: Peer, peers: &[(String, String)]) -> bool {
+    let name = me.name.clone();
+    let attached = Arc::new(Attached { rpc, me });
+    let mut asking = tokio::task::JoinSet::new();
+    for (peer, addr) in peers.iter().filter(|(peer, _)| *peer != name) {
+        let (attached, peer, addr) = (attached.clone(), peer.clone(), addr.clone());
+        asking.spawn(async move { ask(&attached, &peer, &addr).await });
+    }
+    // As `verdict` judges a node with `peers`: a name among the replicated members (it
+    // registered, so it ran), or one removed. A name only in the Raft membership is an
+    // initial member that never ran, which its name's id still fits.
+    let mut known = false;
+    while let Some(answer) = asking.join_next().await {
+        if let Ok(Some(a)) = answer {
+            known |= a.formed && (a.yours_removed || a.members.contains(&name));
+        }
+    }
+    known
 }
 
 /// Why a node gave no answer to [`STORE_INFO`].
@@ -777,13 +807,15 @@ mod tests {
 
         let me = super::super::types::Peer::new("n3", "10.0.0.3:7400");
         let store = StoreId::from_bytes([8; 16]);
-        let join = super::super::membership::join_request(&me, store).unwrap();
+        let id = super::super::types::member_id("n3", store);
+        let join = super::super::membership::join_request(&me, store, id).unwrap();
         let peer: super::super::types::Peer = crate::rpc::decode(&join).unwrap();
         assert_eq!(peer, me);
-        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, StoreId>(&join);
-        assert_eq!(read.unwrap(), (me.clone(), Some(store)));
+        type Tail = (StoreId, super::super::types::NodeId);
+        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, Tail>(&join);
+        assert_eq!(read.unwrap(), (me.clone(), Some((store, id))));
         let old_join = postcard::to_allocvec(&me).unwrap();
-        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, StoreId>(&old_join);
+        let read = crate::rpc::decode_with_tail::<super::super::types::Peer, Tail>(&old_join);
         assert_eq!(read.unwrap(), (me, None));
     }
 

@@ -225,12 +225,16 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             },
         ),
         Sample::of("join-11-request", &Peer::new("n3", "10.0.0.3:7400")),
-        // From this build on, the joiner's store follows (a tail 0.2.0 does not read).
+        // From this build on, the joiner's store and member id follow (a tail 0.2.0 does
+        // not read).
         Sample::of(
             "join-11-request-with-store",
             &(
                 Peer::new("n3", "10.0.0.3:7400"),
-                crate::cluster::StoreId::from_bytes([0x5d; 16]),
+                (
+                    crate::cluster::StoreId::from_bytes([0x5d; 16]),
+                    0x0123_4567_89ab_cdef_u64,
+                ),
             ),
         ),
         Sample::of("join-11-answer-joined", &JoinReply::Joined { voter: false }),

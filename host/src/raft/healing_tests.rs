@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use openraft::ChangeMembers;
 
 use super::tests::Group;
-use super::types::node_id;
 use crate::cluster::{Command, Response};
 use crate::transport::tests::{init_logs, wait_until};
 
@@ -41,6 +40,7 @@ async fn a_voter_that_missed_membership_changes_votes_for_the_new_voters() {
     let mut group = Group::new();
     group.bootstrap(&["n1", "n2", "n3"], 3).await;
     let leader = group.leader(&["n1", "n2", "n3"]).await;
+    group.raise(&leader).await;
     let mut followers = ["n1", "n2", "n3"].into_iter().filter(|n| *n != leader);
     let (v, w) = (followers.next().unwrap(), followers.next().unwrap());
     let options = group.options("n4");
@@ -56,7 +56,9 @@ async fn a_voter_that_missed_membership_changes_votes_for_the_new_voters() {
     // w is cut off; the leader makes {leader, w, n4} the voters (a quorum of the old
     // voters, leader and v, and of the new ones, leader and n4, commits it).
     cut(&group, w, &[&leader, v, "n4"], true);
-    let voters = [leader.as_str(), w, "n4"].map(node_id).into();
+    let voters = [leader.as_str(), w, "n4"]
+        .map(|n| group.control(n).member_id())
+        .into();
     group
         .control(&leader)
         .shared

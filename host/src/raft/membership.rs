@@ -34,18 +34,23 @@ use super::error::ControlError;
 use super::kinds::{JOIN, JoinReply};
 use super::network::resolve;
 use super::refusals::Refusal;
-use super::types::{NodeId, Peer};
+use super::types::{NodeId, Peer, node_id};
 use crate::cluster::{Command, Outcome, Proposal, Response, StoreId};
 
 /// How often the housekeeping task tends the voters.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
 
-/// The JOIN request of node `me` of store `store`: the [`Peer`] every build reads, then the
-/// store, so that the leader can refuse a store a member of the name was removed with. A
-/// 0.2.0 leader reads the `Peer` alone (postcard reads no further than its type). So `Peer`
-/// can gain no field of its own: it would be read as this tail.
-pub(crate) fn join_request(me: &Peer, store: StoreId) -> Result<Vec<u8>, postcard::Error> {
-    postcard::to_allocvec(&(me, store))
+/// The JOIN request of node `me` of store `store` and member id `id`: the [`Peer`] every
+/// build reads, then the store, so that the leader can refuse a store a member of the
+/// name was removed with, and the member id (`types.rs`). A 0.2.0 leader reads the `Peer`
+/// alone (postcard reads no further than its type). So `Peer` can gain no field of its
+/// own: it would be read as this tail.
+pub(crate) fn join_request(
+    me: &Peer,
+    store: StoreId,
+    id: NodeId,
+) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec(&(me, (store, id)))
 }
 
 /// See [`super::Control::join`].
@@ -53,7 +58,7 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     let attached = shared.attached()?;
     let started = Instant::now();
     let deadline = started + shared.options.join_timeout;
-    let body = join_request(&attached.me, shared.store)
+    let body = join_request(&attached.me, shared.store, shared.me)
         .map_err(|e| ControlError::Options(format!("cannot encode the join request: {e}")))?;
     let mut wait = Duration::from_millis(100);
     // Whether the wait was said (once: the answers are the same each round).
@@ -154,14 +159,17 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
 }
 
 impl Shared {
-    /// Answers a JOIN for `peer` sent by node `from` from its store `store` (`None` from a
-    /// 0.2.0 node): on the leader, admits it; elsewhere, names the leader to ask.
+    /// Answers a JOIN for `peer` sent by node `from` from its store, as member id
+    /// (`joiner`: `None` from a 0.2.0 node, whose id is its name's): on the leader, admits
+    /// it; elsewhere, names the leader to ask.
     pub(crate) async fn serve_join(
         self: &Arc<Self>,
         from: &str,
         peer: Peer,
-        store: Option<StoreId>,
+        joiner: Option<(StoreId, NodeId)>,
     ) -> JoinReply {
+        let store = joiner.map(|(store, _)| store);
+        let id = joiner.map_or_else(|| node_id(&peer.name), |(_, id)| id);
         if from != peer.name {
             let error = format!(
                 "{from} may not ask for {} to join: only a node itself may",
@@ -214,7 +222,42 @@ impl Shared {
         if let Some(why) = store.and_then(|store| self.another_store(&peer.name, store)) {
             return JoinReply::Refused(why);
         }
-        self.admit(peer).await
+        if let Some(why) = self.another_id(&peer.name, store, id) {
+            return JoinReply::Refused(why);
+        }
+        self.admit(peer, id).await
+    }
+
+    /// Why node `name` of store `store` may not join as member `id`, if it may not: the
+    /// id is not the name's, nor of the name and the store; or it is of a store made by
+    /// this build while the cluster may still have 0.2.0 members, which take a member's
+    /// id to be its name's; or the name holds a seat under another id (a store the
+    /// cluster recorded no store for: the old member is removed first).
+    fn another_id(&self, name: &str, store: Option<StoreId>, id: NodeId) -> Option<String> {
+        if !super::types::may_be(name, store, id) {
+            let error = format!(
+                "{name} asks to join as member id {id}, which is not {name}'s (of its name, or of its name and store {})",
+                store.map_or_else(|| "unnamed".to_owned(), |s| s.to_string())
+            );
+            self.refusals.record(Refusal::JoinForAnother, name, &error);
+            return Some(error);
+        }
+        let version = self
+            .cluster_version
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if id != node_id(name) && version < crate::version::ADDRESSED {
+            return Some(format!(
+                "this cluster runs at version {version}, and {name}'s data dir was made by a build whose member ids are of a node's name and store, which members of older builds do not know: it joins once every member runs a build of tenure/{v} and the cluster's version is raised to {v} (`tenure status` shows it)",
+                v = crate::version::ADDRESSED
+            ));
+        }
+        match self.id_of(name) {
+            Some(seat) if seat != id => Some(format!(
+                "{name} holds a seat as member id {seat}, and this process (store {}) is member id {id}: another data dir of {name}'s. If the old one is gone for good, remove its member (`tenure member remove {name}` with an operator certificate), then start this one again",
+                store.map_or_else(|| "unnamed".to_owned(), |s| s.to_string())
+            )),
+            _ => None,
+        }
     }
 
     /// The answer to `from`'s JOIN as `name` from store `store`, if a member of `name` was
@@ -233,7 +276,7 @@ impl Shared {
     fn seat_settled(&self, peer: &Peer) -> bool {
         let metrics = self.metrics.borrow();
         let membership = &metrics.membership_config;
-        membership.membership().get_node(&peer.id()).is_some()
+        super::types::id_of(membership.membership(), &peer.name).is_some()
             && metrics.last_applied.map(|id| id.index) >= membership.log_id().map(|id| id.index)
     }
 
@@ -261,9 +304,8 @@ impl Shared {
         }
     }
 
-    /// On the leader: makes `peer` a member at its address, then tries to promote.
-    async fn admit(&self, peer: Peer) -> JoinReply {
-        let id = peer.id();
+    /// On the leader: makes `peer` member `id` at its address, then tries to promote.
+    async fn admit(&self, peer: Peer, id: NodeId) -> JoinReply {
         let known = self
             .metrics
             .borrow()
@@ -330,7 +372,9 @@ impl Shared {
     /// nothing if it is not in it. The remaining learners are promoted as usual if the
     /// voters fall below the target.
     pub(crate) async fn remove_member(&self, name: &str) -> Result<(), ControlError> {
-        let id = super::types::node_id(name);
+        let Some(id) = self.id_of(name) else {
+            return Ok(());
+        };
         let (voter, member) = {
             let metrics = self.metrics.borrow();
             let membership = metrics.membership_config.membership();
@@ -409,13 +453,12 @@ impl Shared {
                  (or revoke its certificate) and remove it once its session has expired"
             ));
         }
-        let seat = self
-            .metrics
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&super::types::node_id(name))
-            .cloned();
+        let seat = {
+            let metrics = self.metrics.borrow();
+            let membership = metrics.membership_config.membership();
+            super::types::id_of(membership, name)
+                .and_then(|id| Some((id, membership.get_node(&id)?.clone())))
+        };
         let deadline = Instant::now() + REMOVE_WITHIN;
         while let Err(e) = self.remove_member(name).await {
             if Instant::now() >= deadline || !self.is_leader() {
@@ -433,8 +476,7 @@ impl Shared {
         match self.propose_here(Proposal::One(remove)).await {
             Ok(Outcome::One(Response::Done)) => Ok(()),
             Ok(Outcome::One(Response::Refused(why))) => {
-                if let Some(peer) = seat {
-                    let id = super::types::node_id(name);
+                if let Some((id, peer)) = seat {
                     // Bounded: the lock is held meanwhile.
                     let bound = self.options.join_catch_up;
                     match tokio::time::timeout(bound, self.raft.add_learner(id, peer, false)).await

@@ -75,6 +75,7 @@ mod service;
 mod snapshot_data;
 mod stamps;
 mod state_machine;
+mod step_back;
 mod types;
 
 #[cfg(test)]
@@ -123,6 +124,7 @@ pub use format::{
     BEFORE_STAMPS, FORMATS, FormatError, Found, STORE_FORMAT, check as check_format,
     inspect as inspect_format,
 };
+pub use forming::knows_me;
 pub use kinds::{
     APPEND_ENTRIES, APPEND_ENTRIES_TO, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO, JOIN, JoinReply,
     NODE_KINDS, PROPOSE, ProposeReply, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
@@ -162,6 +164,11 @@ pub struct ControlOptions {
     pub data_dir: PathBuf,
     /// This node's name: its certificate's, the same as its RPC endpoint's.
     pub name: String,
+    /// This node joins as a new member (it was given `join`, or its cluster knows its
+    /// name already: its data dir was lost): a store that is new at open takes a member
+    /// id of its name and store, never its name's (`types.rs`). Default false: an
+    /// initial member, known by its name's id.
+    pub new_member: bool,
     /// How many voters the leader keeps (1, 3, 5 or 7); `None` (the default): the
     /// largest odd number up to the members that are not gone, at most 5
     /// (`autopilot.rs`).
@@ -214,6 +221,7 @@ impl ControlOptions {
         ControlOptions {
             data_dir: data_dir.into(),
             name: name.into(),
+            new_member: false,
             voters: None,
             replace_voter_after: Duration::from_secs(180),
             heartbeat: Duration::from_millis(50),
@@ -397,6 +405,8 @@ pub(crate) struct Shared {
     /// This replica's recent state hashes, and the members whose replicas differ from
     /// this leader's (`checksums.rs`).
     checksums: Arc<checksums::Checksums>,
+    /// Told when a vote shows a voter with a longer log in this node's way (`step_back.rs`).
+    step_back: Arc<step_back::StepBack>,
 }
 
 impl Control {
@@ -452,14 +462,28 @@ impl Control {
             path: db::path(&options.data_dir),
             reason: format!("cannot read the recovery hold: {e}"),
         })?;
+        // A new member's new store takes an id of its own, before Raft (which takes the
+        // id once) starts: a node that lost its disk never comes back as its old id.
+        if fresh && options.new_member {
+            format::record_member_ids(&db).map_err(|reason| ControlError::Storage {
+                path: db::path(&options.data_dir),
+                reason,
+            })?;
+        }
+        let me = format::member_id(&*db, &options.name, store).map_err(|reason| {
+            ControlError::Storage {
+                path: db::path(&options.data_dir),
+                reason,
+            }
+        })?;
         let weak = Arc::downgrade(&db);
         drop(db);
-        let me = node_id(&options.name);
         let endpoint = Endpoint::default();
         let links = network::Links::default();
+        let step_back = Arc::new(step_back::StepBack::default());
         let network = Network::new(
-            me,
-            store,
+            (me, store, me != node_id(&options.name)),
+            step_back.clone(),
             endpoint.clone(),
             links.clone(),
             options.max_payload,
@@ -511,6 +535,7 @@ impl Control {
             removed: watch::Sender::new(None),
             leading: Mutex::default(),
             checksums,
+            step_back: step_back.clone(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![
@@ -521,6 +546,7 @@ impl Control {
                 shared.options.replica_check,
                 stopped.clone(),
             )),
+            tokio::spawn(step_back::keep(shared.clone(), step_back, stopped.clone())),
         ];
         // Elections start off (`raft_config`); see `rejoin.rs`.
         if rejoin::should_hold(&shared).await {
@@ -598,6 +624,8 @@ impl Control {
                 members.len()
             )));
         }
+        // Initial members are known by their names' ids (`types.rs`), which every member
+        // computes without asking: a member that has not started yet is a voter too.
         let nodes: BTreeMap<NodeId, Peer> = members
             .iter()
             .map(|(name, addr)| (node_id(name), Peer::new(name.clone(), addr.clone())))
@@ -752,6 +780,11 @@ impl Control {
     /// the node's session (`cluster/sessions.rs`).
     pub fn store_id(&self) -> crate::cluster::StoreId {
         self.shared.store
+    }
+
+    /// This node's Raft member id (`types.rs`).
+    pub fn member_id(&self) -> NodeId {
+        self.shared.me
     }
 
     /// The applied cluster state. Hold the lock briefly: applying waits for it.
@@ -1145,33 +1178,37 @@ impl Shared {
     /// would follow no one. A membership of the current term that leaves the leader out
     /// is its own removal: refused from then on, or a removed leader could go on
     /// appending in its term.
-    fn may_lead(&self, name: &str) -> bool {
+    ///
+    /// `id` is the member id the message claims for its sender, checked to be `name`'s
+    /// (`service.rs`); `None` for a message that claims none: then the name's seat in the
+    /// membership.
+    fn may_lead(&self, name: &str, id: Option<NodeId>) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
+        let Some(id) = id.or_else(|| types::id_of(membership, name)) else {
+            return false;
+        };
         let older = metrics
             .membership_config
             .log_id()
             .is_none_or(|at| at.leader_id.term < metrics.current_term);
-        if metrics.current_leader == Some(node_id(name)) && older {
+        if metrics.current_leader == Some(id) && older {
             return true;
         }
-        membership
-            .get_node(&node_id(name))
-            .is_some_and(|p| p.name == name)
+        membership.get_node(&id).is_some_and(|p| p.name == name)
     }
 
-    /// Whether node `name` is a voter of this node's membership (either side of a joint
+    /// Whether member `id` is a voter of this node's membership (either side of a joint
     /// one), or this node has no membership yet.
-    fn is_voter_here(&self, name: &str) -> bool {
+    fn is_voter_here(&self, id: NodeId) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
-        let id = node_id(name);
         membership
             .get_joint_config()
             .iter()
@@ -1181,10 +1218,11 @@ impl Shared {
     /// Whether node `name` is in the membership (voter or learner).
     fn is_member(&self, name: &str) -> bool {
         let metrics = self.metrics.borrow();
-        metrics
-            .membership_config
-            .membership()
-            .get_node(&node_id(name))
-            .is_some_and(|p| p.name == name)
+        types::id_of(metrics.membership_config.membership(), name).is_some()
+    }
+
+    /// The member id of node `name` in this node's membership, if it has a seat.
+    pub(crate) fn id_of(&self, name: &str) -> Option<NodeId> {
+        types::id_of(self.metrics.borrow().membership_config.membership(), name)
     }
 }

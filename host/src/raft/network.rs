@@ -32,7 +32,9 @@
 //! name: a node that lost its disk and rejoined under its old name refuses what was
 //! meant for its old self (`service.rs`), so a replica that missed its rejoin cannot
 //! count its vote as the old member's. Each also names the sender's own store, which a
-//! receiver refuses once its replica has retired it (the name was removed with it).
+//! receiver refuses once its replica has retired it (the name was removed with it). A node
+//! whose member id is of its name and store (a store made by 0.3.0, `types.rs`) sends
+//! addressed messages whatever the version: a receiver checks that id against the store.
 //!
 //! Snapshots go as chunks (openraft's default `full_snapshot`, one INSTALL_SNAPSHOT call
 //! per `snapshot_max_chunk_size` bytes), each well below the transport's frame limit.
@@ -92,6 +94,12 @@ pub(crate) struct Network {
     me: NodeId,
     /// This node's store, which its addressed messages name as their sender's.
     store: StoreId,
+    /// Every message goes addressed, whatever the cluster's version: `me` is of this
+    /// node's name and store (`types.rs`), which a receiver can check only against the
+    /// store a message names.
+    always_addressed: bool,
+    /// Told when a voter's answer shows this node's log is behind (`step_back.rs`).
+    step_back: Arc<super::step_back::StepBack>,
     endpoint: Endpoint,
     links: Links,
     max_payload: usize,
@@ -102,8 +110,8 @@ impl Network {
     /// The network of node `me`, sending messages of at most `max_payload` bytes, with
     /// its links in `links`; `cluster` is its replica, which says whom a message is for.
     pub(crate) fn new(
-        me: NodeId,
-        store: StoreId,
+        (me, store, always_addressed): (NodeId, StoreId, bool),
+        step_back: Arc<super::step_back::StepBack>,
         endpoint: Endpoint,
         links: Links,
         max_payload: usize,
@@ -112,6 +120,8 @@ impl Network {
         Network {
             me,
             store,
+            always_addressed,
+            step_back,
             endpoint,
             links,
             max_payload,
@@ -134,6 +144,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Client {
             me: self.me,
             store: self.store,
+            always_addressed: self.always_addressed,
+            step_back: self.step_back.clone(),
             target,
             peer: node.clone(),
             link,
@@ -167,6 +179,8 @@ pub(crate) fn dropped(from: &str, to: &str, kind: u16) -> bool {
 pub(crate) struct Client {
     me: NodeId,
     store: StoreId,
+    always_addressed: bool,
+    step_back: Arc<super::step_back::StepBack>,
     target: NodeId,
     peer: Peer,
     link: Arc<Link>,
@@ -189,12 +203,13 @@ enum Failure {
 struct Message(String);
 
 impl Client {
-    /// Whom this peer's messages are for, once the cluster's version has them name it:
+    /// Whom this peer's messages are for, once the cluster's version has them name it
+    /// (or this node's member id needs its store named, [`Network::always_addressed`]):
     /// `Some(store)` (`None` while the replica records no store for the name); `None`
     /// before the version, when they go as the plain kinds (see the module doc).
     fn addressee(&self) -> Option<Option<StoreId>> {
         let cluster = self.cluster.read().unwrap_or_else(PoisonError::into_inner);
-        (cluster.version >= crate::version::ADDRESSED)
+        (cluster.version >= crate::version::ADDRESSED || self.always_addressed)
             .then(|| cluster.stores.get(&self.peer.name).copied())
     }
 
@@ -432,8 +447,13 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
-        self.send::<_, _, Fatal, _>(kinds::VOTE, RPCTypes::Vote, &rpc, option)
-            .await
+        let answer = self
+            .send::<_, _, Fatal, _>(kinds::VOTE, RPCTypes::Vote, &rpc, option)
+            .await;
+        if let Ok(answer) = &answer {
+            self.step_back.answered(rpc.last_log_id, answer);
+        }
+        answer
     }
 
     fn backoff(&self) -> Backoff {

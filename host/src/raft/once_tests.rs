@@ -284,10 +284,10 @@ async fn a_retry_after_forward_to_leader_whose_entry_still_commits_applies_once(
     crate::transport::tests::wait_until("W's entry on L", || {
         let metrics = group.control(w).metrics().borrow().clone();
         metrics.replication.as_ref().is_some_and(|r| {
-            r.get(&super::types::node_id(l))
+            r.get(&group.control(l).member_id())
                 .and_then(|m| m.as_ref())
                 .is_some_and(|m| m.index == k + 1)
-        }) && metrics.current_leader == Some(super::types::node_id(w))
+        }) && metrics.current_leader == Some(group.control(w).member_id())
     })
     .await;
 

@@ -36,7 +36,7 @@ use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use super::db::{self, COMMITTED, CURRENT, LOG, META, PURGED, SNAPSHOT, VOTE};
 use super::error::ControlError;
 use super::state_machine::{Image, Stored};
-use super::types::{Entry, LogId, Peer, SnapshotMeta, StoredMembership, Vote, node_id};
+use super::types::{Entry, LogId, Peer, SnapshotMeta, StoredMembership, Vote};
 use crate::cluster::{Cluster, ClusterId, Command, Proposal};
 
 /// How far on the recovered store's first index is placed by default: far above what a
@@ -184,12 +184,16 @@ fn rewrite(
         .addr
         .parse::<std::net::SocketAddr>()
         .is_ok_and(|a| a.ip().is_unspecified());
-    let me = match membership.membership().get_node(&node_id(&me.name)) {
+    // This store's member id (`types.rs`): the survivor's own, or the new store's of a
+    // restore.
+    let me_id = super::format::store_id(db)
+        .and_then(|store| super::format::member_id(db, &me.name, store))
+        .map_err(redb::Error::Corrupted)?;
+    let me = match membership.membership().get_node(&me_id) {
         Some(known) if unspecified => known.clone(),
         _ => me.clone(),
     };
     let me = &me;
-    let me_id = node_id(&me.name);
     let log_id = LogId::new(CommittedLeaderId::new(term, me_id), index);
     let only_me = Membership::new(
         vec![BTreeSet::from([me_id])],

@@ -21,12 +21,21 @@ async fn a_wiped_node_started_with_its_old_peers_is_replaced_once_its_session_en
         session,
     } = followed;
 
-    // The disk is lost; the node starts again with the same name, address and peers.
+    let seat = |group: &Group| {
+        let metrics = group.control(&leader).metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        super::types::id_of(membership, wiped)
+    };
+    let old_id = seat(&group).expect("the node holds a seat");
+
+    // The disk is lost; the node starts again with the same name, address and peers, as
+    // a new member (its peers know its name: `node/new_member.rs`).
     let data_dir = group.options(wiped).data_dir.clone();
     let addr = group.node(wiped).addr.clone();
     group.stop(wiped).await;
     std::fs::remove_dir_all(&data_dir).unwrap();
-    let options = group.options(wiped);
+    let mut options = group.options(wiped);
+    options.new_member = true;
     group.start_at(wiped, options, &addr).await;
     assert_ne!(group.control(wiped).store_id(), old_store);
 
@@ -73,6 +82,11 @@ async fn a_wiped_node_started_with_its_old_peers_is_replaced_once_its_session_en
             .is_some_and(|list| list.members.iter().any(|m| m.name == wiped && m.voter))
     })
     .await;
+    // A new member id: the old member's, which voted and held a log, is never reused
+    // (issue 24, item 1).
+    let new_id = seat(&group).expect("the new node holds a seat");
+    assert_ne!(new_id, old_id, "the new node took the old member's id");
+    assert_eq!(new_id, group.control(wiped).member_id());
     let state = group.control(&leader).state();
     let cluster = state.read().unwrap().clone();
     assert!(
@@ -120,6 +134,7 @@ async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
     };
     group.bootstrap_with(&all, small).await;
     let first = group.leader(&all).await;
+    group.raise(&first).await;
     let others: Vec<&str> = all.iter().copied().filter(|n| *n != first).collect();
     let (wiped, other) = (others[0], others[1]);
 
@@ -168,7 +183,7 @@ async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
         .unwrap();
     // A voter again, on every node, the change complete (not a joint membership: with
     // the first leader gone, its old half could not elect anyone).
-    let id = super::types::node_id(wiped);
+    let id = group.control(wiped).member_id();
     wait_until("the rejoined node to be a voter again everywhere", || {
         [first.as_str(), wiped, other].iter().all(|n| {
             let metrics = group.control(n).metrics().borrow().clone();
@@ -226,8 +241,8 @@ async fn a_joiner_follows_a_leader_that_its_snapshot_does_not_list() {
 /// removed leader (its key not revoked) could go on appending in its term.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_removed_itself_is_refused_in_its_own_term() {
-    use super::kinds::APPEND_ENTRIES;
-    use super::types::{AppendEntriesRequest, Vote, node_id};
+    use super::kinds::APPEND_ENTRIES_TO;
+    use super::types::{AppendEntriesRequest, Vote};
     init_logs();
     let mut group = Group::new();
     let all = ["n1", "n2", "n3"];
@@ -239,7 +254,7 @@ async fn a_leader_that_removed_itself_is_refused_in_its_own_term() {
     }
     let term = group.control(&leader).metrics().borrow().current_term;
     let _ = group.control(&leader).shared.remove_member(&leader).await;
-    let id = node_id(&leader);
+    let id = group.control(&leader).member_id();
     let follower = followers[0];
     wait_until(
         "the follower to hold the membership without the leader",
@@ -271,8 +286,8 @@ async fn a_leader_that_removed_itself_is_refused_in_its_own_term() {
         .call(
             follower,
             group.node(follower).addr.parse().unwrap(),
-            APPEND_ENTRIES,
-            postcard::to_allocvec(&forged).unwrap(),
+            APPEND_ENTRIES_TO,
+            super::tests::from_store_of(&group, &leader, forged),
         )
         .await;
     let error = answer

@@ -164,7 +164,7 @@ async fn vote_as(
         to: Some(group.control(to).store_id()),
         from: store,
         request: super::types::VoteRequest {
-            vote: openraft::Vote::new(term, super::types::node_id(name)),
+            vote: openraft::Vote::new(term, super::types::member_id(name, store)),
             last_log_id: None,
         },
     };
@@ -183,8 +183,8 @@ fn new_node_listed_at(group: &Group, leader: &str, name: &str, addr: &str) -> bo
     metrics
         .membership_config
         .membership()
-        .get_node(&super::types::node_id(name))
-        .is_some_and(|peer| peer.addr == addr)
+        .nodes()
+        .any(|(_, peer)| peer.name == name && peer.addr == addr)
 }
 
 /// A process admitted while its own removal was under way (or by a leader whose replica

@@ -3,8 +3,9 @@
 //! The RPC layer has already checked the envelope: the sender is an authenticated node.
 //! What is checked here is what only Raft can know:
 //! - a Raft message must come from the node it names as its sender (the leader id in an
-//!   AppendEntries or InstallSnapshot, the candidate in a vote), so one node cannot speak
-//!   for another, and from a member this node knows of (a voter or learner of its
+//!   AppendEntries or InstallSnapshot, the candidate in a vote: the name's id, or the id
+//!   of the name and the sender's store the message names, `types.rs`), so one node
+//!   cannot speak for another, and from a member this node knows of (a voter or learner of its
 //!   membership, or a member of its replica; not only the voters, so that a node that
 //!   missed membership changes still votes for the new voters): a removed member or any
 //!   other holder of a node certificate cannot win a vote or rewrite a follower's log
@@ -48,7 +49,7 @@ use super::kinds::{
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
-    RaftError, VoteRequest, node_id,
+    RaftError, VoteRequest, may_be,
 };
 use crate::cluster::{Proposal, StoreId};
 use crate::rpc::Service;
@@ -134,27 +135,30 @@ impl Shared {
         match kind {
             APPEND_ENTRIES => {
                 let request = decode_from_leader(kind, payload)?;
-                self.append(from, None, request).await
+                self.append(from, None, None, request).await
             }
             APPEND_ENTRIES_TO => {
                 let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
                 self.check_sender_store(from, addressed.from, "AppendEntries")?;
-                self.append(from, addressed.to, addressed.request).await
+                self.append(from, Some(addressed.from), addressed.to, addressed.request)
+                    .await
             }
-            VOTE => self.vote(from, None, decode(kind, payload)?).await,
+            VOTE => self.vote(from, None, None, decode(kind, payload)?).await,
             VOTE_TO => {
                 let addressed: Addressed<_> = decode(kind, payload)?;
                 self.check_sender_store(from, addressed.from, "vote request")?;
-                self.vote(from, addressed.to, addressed.request).await
+                self.vote(from, Some(addressed.from), addressed.to, addressed.request)
+                    .await
             }
             INSTALL_SNAPSHOT => {
                 let request = decode_from_leader(kind, payload)?;
-                self.snapshot(from, None, request).await
+                self.snapshot(from, None, None, request).await
             }
             INSTALL_SNAPSHOT_TO => {
                 let addressed: Addressed<_> = decode_from_leader(kind, payload)?;
                 self.check_sender_store(from, addressed.from, "snapshot chunk")?;
-                self.snapshot(from, addressed.to, addressed.request).await
+                self.snapshot(from, Some(addressed.from), addressed.to, addressed.request)
+                    .await
             }
             PROPOSE => {
                 // The bound a local proposal meets (`Shared::propose`), checked on the
@@ -172,9 +176,10 @@ impl Shared {
                 encode(&self.serve_propose(from, proposal).await)
             }
             JOIN => {
-                let (peer, store): (Peer, Option<StoreId>) = crate::rpc::decode_with_tail(payload)
-                    .map_err(|e| format!("unreadable payload of kind {kind}: {e}"))?;
-                encode(&self.serve_join(from, peer, store).await)
+                let (peer, joiner): (Peer, Option<(StoreId, NodeId)>) =
+                    crate::rpc::decode_with_tail(payload)
+                        .map_err(|e| format!("unreadable payload of kind {kind}: {e}"))?;
+                encode(&self.serve_join(from, peer, joiner).await)
             }
             STORE_INFO => self
                 .store_info(from)
@@ -185,25 +190,37 @@ impl Shared {
                 encode(&self.serve_replace(from, store).await)
             }
             REPLICA_HASHES => {
-                self.check_member(from, "replica check")?;
+                self.check_member(from, None, "replica check")?;
                 encode(&self.checksums.list())
             }
             other => Err(format!("kind {other} is not a control plane message")),
         }
     }
 
-    /// An AppendEntries from `from`, for the store `to` if it names one.
+    /// An AppendEntries from `from` of store `sender`, for the store `to`, where the
+    /// message names them.
     async fn append(
         &self,
         from: &str,
+        sender: Option<StoreId>,
         to: Option<StoreId>,
         request: AppendEntriesRequest,
     ) -> Result<Vec<u8>, String> {
-        check_sender(from, request.vote.leader_id().voted_for(), "AppendEntries")?;
+        let id = check_sender(
+            from,
+            sender,
+            request.vote.leader_id().voted_for(),
+            "AppendEntries",
+        )?;
         refuse_while_forming(self)?;
-        self.check_member(from, "AppendEntries")?;
+        self.check_member(from, Some(id), "AppendEntries")?;
         self.check_addressee(from, to, "AppendEntries")?;
-        self.check_term(from, request.vote.leader_id().get_term(), "AppendEntries")?;
+        self.check_term(
+            from,
+            id,
+            request.vote.leader_id().get_term(),
+            "AppendEntries",
+        )?;
         self.appends.send_modify(|n| *n += 1);
         let term = request.vote.leader_id().get_term();
         // In flight from before Raft sees it until recorded (`heard.rs`).
@@ -217,33 +234,56 @@ impl Shared {
         encode(&answer)
     }
 
-    /// A vote request from `from`, for the store `to` if it names one.
+    /// A vote request from `from` of store `sender`, for the store `to`, where the
+    /// message names them.
     async fn vote(
         &self,
         from: &str,
+        sender: Option<StoreId>,
         to: Option<StoreId>,
         request: VoteRequest,
     ) -> Result<Vec<u8>, String> {
-        check_sender(from, request.vote.leader_id().voted_for(), "vote request")?;
+        let id = check_sender(
+            from,
+            sender,
+            request.vote.leader_id().voted_for(),
+            "vote request",
+        )?;
         refuse_while_forming(self)?;
-        self.check_member(from, "vote request")?;
+        self.check_member(from, Some(id), "vote request")?;
         self.check_addressee(from, to, "vote request")?;
+        let theirs = request.last_log_id;
         let answer = self.raft.vote(request).await.map_err(fatal);
+        if let Ok(answer) = &answer {
+            self.step_back.refused(theirs, answer);
+        }
         encode(&answer)
     }
 
-    /// A snapshot chunk from `from`, for the store `to` if it names one.
+    /// A snapshot chunk from `from` of store `sender`, for the store `to`, where the
+    /// message names them.
     async fn snapshot(
         &self,
         from: &str,
+        sender: Option<StoreId>,
         to: Option<StoreId>,
         request: InstallSnapshotRequest,
     ) -> Result<Vec<u8>, String> {
-        check_sender(from, request.vote.leader_id().voted_for(), "snapshot chunk")?;
+        let id = check_sender(
+            from,
+            sender,
+            request.vote.leader_id().voted_for(),
+            "snapshot chunk",
+        )?;
         refuse_while_forming(self)?;
-        self.check_member(from, "snapshot chunk")?;
+        self.check_member(from, Some(id), "snapshot chunk")?;
         self.check_addressee(from, to, "snapshot chunk")?;
-        self.check_term(from, request.vote.leader_id().get_term(), "snapshot chunk")?;
+        self.check_term(
+            from,
+            id,
+            request.vote.leader_id().get_term(),
+            "snapshot chunk",
+        )?;
         let vote = request.vote;
         let hearing = self.heard.hearing().await;
         let answer = self.raft.install_snapshot(request).await;
@@ -297,9 +337,10 @@ impl Shared {
         Err(error)
     }
 
-    /// Refuses a Raft message from a node that is not a member here (`Shared::may_lead`).
-    fn check_member(&self, from: &str, what: &str) -> Result<(), String> {
-        if self.may_lead(from) {
+    /// Refuses a Raft message from a node that is not a member here (`Shared::may_lead`);
+    /// `id` is the member id it claims, checked to be `from`'s.
+    fn check_member(&self, from: &str, id: Option<NodeId>, what: &str) -> Result<(), String> {
+        if self.may_lead(from, id) {
             return Ok(());
         }
         let error = format!("a {what} from {from}, which is not a member this node knows of");
@@ -314,9 +355,9 @@ impl Shared {
     /// promotion must elect it), and once elected it leads in the term this node took
     /// when it voted; a higher term from a non-voter could only be forged, and would
     /// depose the leader and truncate this node's log.
-    fn check_term(&self, from: &str, term: u64, what: &str) -> Result<(), String> {
+    fn check_term(&self, from: &str, id: NodeId, term: u64, what: &str) -> Result<(), String> {
         let current = self.metrics.borrow().current_term;
-        if term <= current || self.is_voter_here(from) {
+        if term <= current || self.is_voter_here(id) {
             return Ok(());
         }
         let error = format!(
@@ -345,15 +386,22 @@ fn fatal(e: RaftError) -> Fatal {
     }
 }
 
-/// Refuses a Raft message whose claimed sender is not the node that sent it.
-fn check_sender(from: &str, claimed: Option<NodeId>, what: &str) -> Result<(), String> {
-    if claimed == Some(node_id(from)) {
-        Ok(())
-    } else {
-        Err(format!(
-            "a {what} from {from} (node id {}) names node id {claimed:?} as its sender",
-            node_id(from)
-        ))
+/// Refuses a Raft message whose claimed sender is not the node that sent it: the id must
+/// be `from`'s name id, or the id of `from` and the store the message names (`types.rs`);
+/// a message that names no store (the plain kinds) may claim the name id only. Returns
+/// the id.
+fn check_sender(
+    from: &str,
+    store: Option<StoreId>,
+    claimed: Option<NodeId>,
+    what: &str,
+) -> Result<NodeId, String> {
+    match claimed {
+        Some(id) if may_be(from, store, id) => Ok(id),
+        _ => Err(format!(
+            "a {what} from {from} names member id {claimed:?} as its sender, which is not {from}'s (of store {})",
+            store.map_or_else(|| "unnamed".to_owned(), |s| s.to_string())
+        )),
     }
 }
 

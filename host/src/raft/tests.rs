@@ -143,6 +143,19 @@ impl Group {
         .await;
     }
 
+    /// Raises the group's version (on `leader`) to the one from which a node whose store
+    /// this build made may join (every member speaks it), as a node's version keeper
+    /// does (`membership.rs`).
+    pub(super) async fn raise(&self, leader: &str) {
+        let raised = self
+            .control(leader)
+            .propose_here(Command::RaiseVersion {
+                to: crate::version::ADDRESSED,
+            })
+            .await;
+        assert_eq!(raised, Ok(Response::Done));
+    }
+
     /// The test options with a snapshot every 10 entries and no log kept behind it: logs
     /// are purged soon, so a node that missed entries is caught up from a snapshot.
     pub(super) fn small_snapshots(&self, name: &str) -> ControlOptions {
@@ -324,6 +337,21 @@ pub(super) async fn end_session(group: &Group, leader: &str, name: &str, session
     assert_eq!(ended, Ok(Response::Done));
 }
 
+/// The payload of an addressed Raft message (`kinds::Addressed`) of `request` from node
+/// `sender`'s store, naming no recipient store: as `sender`'s member sends it.
+pub(super) fn from_store_of<T: serde::Serialize>(
+    group: &Group,
+    sender: &str,
+    request: T,
+) -> Vec<u8> {
+    postcard::to_allocvec(&super::kinds::Addressed {
+        to: None,
+        from: group.control(sender).store_id(),
+        request,
+    })
+    .unwrap()
+}
+
 pub(super) fn join_command(node: &str) -> Command {
     Command::Join {
         node: node.into(),
@@ -367,6 +395,7 @@ async fn three_nodes_elect_replicate_fail_over_and_restart_at_a_new_address() {
     let all = ["n1", "n2", "n3"];
     group.bootstrap(&all, 3).await;
     let leader = group.leader(&all).await;
+    group.raise(&leader).await;
     assert!(group.control(&leader).is_leader());
     assert!(group.control(&leader).term() > 0);
     assert_eq!(group.control("n1").members().voters.len(), 3);
@@ -430,6 +459,7 @@ async fn a_joining_node_becomes_a_learner_then_a_voter_up_to_the_target() {
     let mut group = Group::new();
     group.bootstrap(&["n1", "n2"], 3).await;
     let leader = group.leader(&["n1", "n2"]).await;
+    group.raise(&leader).await;
     let follower = if leader == "n1" { "n2" } else { "n1" };
     let answer = group.control(&leader).propose(join_command("n1")).await;
     assert_eq!(answer, Ok(Response::Done));
@@ -529,6 +559,7 @@ async fn snapshots_restore_a_restarted_node_and_catch_up_one_that_missed_purged_
     let all = ["n1", "n2", "n3"];
     group.bootstrap_with(&all, Group::small_snapshots).await;
     let leader = group.leader(&all).await;
+    group.raise(&leader).await;
     let down = all.iter().find(|n| **n != leader).unwrap().to_string();
 
     // Enough entries for snapshots, and some after the follower's last one.

@@ -6,11 +6,18 @@
 //! bare address). The aliases below fix the generic parameters once, so the rest of the
 //! module reads `LogId` rather than `openraft::LogId<u64>`.
 //!
-//! **Node ids.** openraft identifies nodes by a number; Tenure by certificate name. The id
-//! is derived from the name ([`node_id`]), so every node computes the same id for a peer
-//! without asking anyone, and a node keeps its id across restarts and address changes.
-//! The [`Peer`] (name and address) is what the membership stores for each id; the name is
-//! what TLS and the envelope layer authenticate.
+//! **Member ids.** openraft identifies members by a number; Tenure's operators by
+//! certificate name. A member's id belongs to its Raft store, not to its name: a store
+//! made by this build takes [`member_id`] of its node's name and its store id (the format
+//! record says so, `format.rs`), so a node that lost its disk comes back with a new store
+//! and so a new id, never the id of the member that forgot its votes and log (issue 24).
+//! A store made before keeps the id its member always had, [`node_id`] of the name. Both
+//! are computed, never assigned: a receiver checks that a message's claimed sender id is
+//! the authenticated name's (its name id, or the id of its name and the store the message
+//! names, `service.rs`), with no look-up. The [`Peer`] (name and address) is what the
+//! membership stores for each id; the name is what TLS and the envelope layer
+//! authenticate, and it is unique among the members (`membership.rs`), so a name finds
+//! at most one id ([`id_of`]).
 
 use openraft::error::Infallible;
 use serde::{Deserialize, Serialize};
@@ -34,11 +41,6 @@ impl Peer {
             name: name.into(),
             addr: addr.into(),
         }
-    }
-
-    /// This peer's Raft node id.
-    pub fn id(&self) -> NodeId {
-        node_id(&self.name)
     }
 }
 
@@ -72,6 +74,37 @@ pub fn node_id(name: &str) -> NodeId {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)
+}
+
+/// The member id of the store `store` of the node named `name`: the first 8 bytes
+/// (big-endian) of the SHA-256 of a label, the name and the store id. A store made by this
+/// build takes it (`format.rs`); every member can compute it from the name TLS
+/// authenticated and the store a message names.
+pub fn member_id(name: &str, store: crate::cluster::StoreId) -> NodeId {
+    let mut hash = Sha256::new();
+    hash.update(b"tenure member id\0");
+    hash.update((name.len() as u64).to_be_bytes());
+    hash.update(name.as_bytes());
+    hash.update(store.bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// Whether `id` may be the member id of node `name`, sending from store `store` if the
+/// message names one: its name id (a store made before member ids), or the id of its name
+/// and that store.
+pub fn may_be(name: &str, store: Option<crate::cluster::StoreId>, id: NodeId) -> bool {
+    id == node_id(name) || store.is_some_and(|store| id == member_id(name, store))
+}
+
+/// The id of the member named `name` in `membership`, if it has one.
+pub fn id_of(membership: &openraft::Membership<NodeId, Peer>, name: &str) -> Option<NodeId> {
+    membership
+        .nodes()
+        .find(|(_, peer)| peer.name == name)
+        .map(|(id, _)| *id)
 }
 
 /// The running Raft instance.
@@ -114,7 +147,25 @@ mod tests {
         // existing cluster.
         let digest = Sha256::digest(b"n1");
         assert_eq!(node_id("n1").to_be_bytes(), digest[..8]);
-        assert_eq!(node_id("n1"), Peer::new("n1", "x:1").id());
         assert_ne!(node_id("n1"), node_id("n2"));
+    }
+
+    #[test]
+    fn a_new_store_is_a_new_member_id_which_only_its_name_may_claim() {
+        let (a, b) = (
+            crate::cluster::StoreId::random(),
+            crate::cluster::StoreId::random(),
+        );
+        assert_eq!(member_id("n1", a), member_id("n1", a));
+        assert_ne!(member_id("n1", a), member_id("n1", b));
+        assert_ne!(member_id("n1", a), member_id("n2", a));
+        assert_ne!(member_id("n1", a), node_id("n1"));
+        assert!(may_be("n1", Some(a), member_id("n1", a)));
+        assert!(may_be("n1", None, node_id("n1")));
+        assert!(may_be("n1", Some(b), node_id("n1")));
+        // Another store's id, or another name's, or a derived id with no store named.
+        assert!(!may_be("n1", Some(b), member_id("n1", a)));
+        assert!(!may_be("n2", Some(a), member_id("n1", a)));
+        assert!(!may_be("n1", None, member_id("n1", a)));
     }
 }

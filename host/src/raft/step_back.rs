@@ -1,0 +1,92 @@
+//! A candidate whose log is behind a voter's steps back for a while.
+//!
+//! openraft 0.9 has no PreVote, and orders the votes of one term by member id. A voter
+//! that cannot win (its log is behind, or the voters of the membership it holds are gone:
+//! it missed the change that replaced them, `healing_tests.rs`) still campaigns at every
+//! election timeout, and so raises its term as fast as the candidate that could win. Seen
+//! with member ids of a name and a store (`types.rs`): the stale voter's timer fired first
+//! every round, it voted for itself in the term the other candidate asked for, and where
+//! its id was the higher one it refused that candidate every round; no leader for 20 s
+//! and more. With ids of names the order happened to favour the other candidate.
+//!
+//! So a vote that shows a voter with a longer log than this node's (this node's request
+//! refused by it, or its request refused by this node) turns this node's elections off for
+//! [`STEP_BACK`] election timeouts: the voters with the longer log campaign without it,
+//! and it grants them its vote (their log is at least as long). It never stops a node that could win: a longer log than every voter's is never
+//! refused for its log. Turning elections off is always safe; they come back on by
+//! themselves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{Notify, watch};
+
+use super::Shared;
+use super::types::{LogId, VoteResponse};
+
+/// How many of the longest election timeouts a candidate that was behind stays back.
+const STEP_BACK: u32 = 3;
+
+/// Said when a vote shows this node's log is behind a voter's that it is in the way of.
+#[derive(Default)]
+pub(crate) struct StepBack {
+    asked: AtomicBool,
+    notify: Notify,
+}
+
+impl StepBack {
+    /// A voter's answer to this node's vote request of last log id `mine`: refused by a
+    /// voter with a longer log, this node cannot win against it.
+    pub(crate) fn answered(&self, mine: Option<LogId>, answer: &VoteResponse) {
+        if !answer.vote_granted && answer.last_log_id > mine {
+            self.ask();
+        }
+    }
+
+    /// This node's answer (`answer`, its own last log id in it) to a candidate whose last
+    /// log id is `theirs`: refused although the candidate's log is longer, this node is in
+    /// its way (it voted for itself in that term). The case of a voter that missed a
+    /// membership change: it asks only the voters it knows, never the candidate that
+    /// could win, so only that candidate's request tells it.
+    pub(crate) fn refused(&self, theirs: Option<LogId>, answer: &VoteResponse) {
+        if !answer.vote_granted && theirs > answer.last_log_id {
+            self.ask();
+        }
+    }
+
+    fn ask(&self) {
+        self.asked.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+}
+
+/// The background task: turns elections off for a while each time the network says so.
+/// Ends when `stop` turns true.
+pub(crate) async fn keep(
+    shared: Arc<Shared>,
+    step_back: Arc<StepBack>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let hold = shared.options.election_max * STEP_BACK;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = step_back.notify.notified() => {}
+        }
+        if !step_back.asked.swap(false, Ordering::SeqCst) {
+            continue;
+        }
+        shared.raft.runtime_config().elect(false);
+        tracing::info!(
+            event = crate::events::CLUSTER_REJOINED,
+            hold_ms = hold.as_millis() as u64,
+            "a voter's log is longer than this node's: elections off for {hold:?}, so that a candidate that can win does"
+        );
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(hold) => {}
+        }
+        step_back.asked.store(false, Ordering::SeqCst);
+        shared.raft.runtime_config().elect(true);
+    }
+}
