@@ -50,8 +50,9 @@
 //! under a second), the cluster does not yet list it, so a wipe in that window goes
 //! unnoticed; etcd's "already bootstrapped" check (a member's published attributes) has
 //! the same window. Once the node has rejoined, messages meant for its old self name the
-//! old store and are refused (`service.rs`); ids bound to stores at admission would close
-//! this window too.
+//! old store and are refused (`service.rs`). Where the wiped node is seen (its name holds
+//! a Raft seat but never registered), the leader does not replace it on its own
+//! (`replace.rs`): the node refuses to start, saying how to remove the old member by hand.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -86,6 +86,7 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
             };
             match outcome {
                 Ok(JoinReply::Joined { voter }) => {
+                    own_seat(shared).await?;
                     tracing::info!(event = crate::events::CLUSTER_JOINED, via = %name, voter, me = %attached.me, "joined the raft group");
                     return Ok(());
                 }
@@ -155,6 +156,37 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// After a JOIN was answered: the seat the cluster gave this node's name must be its own
+/// member id. A 0.2.0 leader reads no id in a JOIN and seats every name under its name's
+/// id; a node whose id is of its store would then hold no seat of its own, and never vote
+/// or campaign. It stops, saying so. Waits up to `join_timeout` for its own seat to reach
+/// it (a learner still catching up may hold an older membership, with the name's old
+/// seat, for a while).
+async fn own_seat(shared: &Shared) -> Result<(), ControlError> {
+    let mut metrics = shared.metrics.clone();
+    let me = shared.me;
+    let seated = |m: &super::types::Metrics| {
+        m.membership_config
+            .membership()
+            .get_node(&me)
+            .is_some_and(|p| p.name == shared.name)
+    };
+    let _ = tokio::time::timeout(shared.options.join_timeout, metrics.wait_for(seated)).await;
+    match shared.id_of(&shared.name) {
+        Some(seat) if seat != shared.me => Err(ControlError::Removed {
+            name: shared.name.clone(),
+            why: format!(
+                "the cluster seated {} under member id {seat}, not this node's own {} (a leader of a build before tenure/{v} takes every id to be a name's): remove that member (`tenure member remove {}`), and start this node again once every member runs tenure/{v}",
+                shared.name,
+                shared.me,
+                shared.name,
+                v = crate::version::ADDRESSED
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -247,7 +279,7 @@ impl Shared {
             .load(std::sync::atomic::Ordering::SeqCst);
         if id != node_id(name) && version < crate::version::ADDRESSED {
             return Some(format!(
-                "this cluster runs at version {version}, and {name}'s data dir was made by a build whose member ids are of a node's name and store, which members of older builds do not know: it joins once every member runs a build of tenure/{v} and the cluster's version is raised to {v} (`tenure status` shows it)",
+                "this cluster runs at version {version}, and {name} joins as a new member, with a member id of its name and store, which members of builds before tenure/{v} do not know: it is admitted once the cluster's version is {v}, which the leader raises once every member is reachable and speaks tenure/{v} (`tenure status` shows the version and the members; a member that is gone for good holds it back until it is removed with `tenure member remove`)",
                 v = crate::version::ADDRESSED
             ));
         }

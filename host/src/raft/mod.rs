@@ -550,6 +550,9 @@ impl Control {
         ];
         // Elections start off (`raft_config`); see `rejoin.rs`.
         if rejoin::should_hold(&shared).await {
+            shared
+                .step_back
+                .hold(&shared.raft, step_back::Hold::Rejoin, true);
             tasks.push(tokio::spawn(rejoin::release(shared.clone(), stopped)));
         } else {
             shared.raft.runtime_config().elect(true);
@@ -785,6 +788,11 @@ impl Control {
     /// This node's Raft member id (`types.rs`).
     pub fn member_id(&self) -> NodeId {
         self.shared.me
+    }
+
+    /// The member id node `name` holds a seat under in this node's Raft membership.
+    pub fn id_of_name(&self, name: &str) -> Option<NodeId> {
+        self.shared.id_of(name)
     }
 
     /// The applied cluster state. Hold the lock briefly: applying waits for it.
@@ -1198,21 +1206,25 @@ impl Shared {
         if metrics.current_leader == Some(id) && older {
             return true;
         }
-        membership.get_node(&id).is_some_and(|p| p.name == name)
+        types::seat(membership, name, id).is_some()
     }
 
-    /// Whether member `id` is a voter of this node's membership (either side of a joint
-    /// one), or this node has no membership yet.
-    fn is_voter_here(&self, id: NodeId) -> bool {
+    /// Whether node `name`, as member `id` (checked to be the name's), holds a voter's
+    /// seat in this node's membership (either side of a joint one, `types::seat`), or this
+    /// node has no membership yet.
+    fn is_voter_here(&self, name: &str, id: NodeId) -> bool {
         let metrics = self.metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.nodes().next().is_none() {
             return true;
         }
+        let Some(seat) = types::seat(membership, name, id) else {
+            return false;
+        };
         membership
             .get_joint_config()
             .iter()
-            .any(|voters| voters.contains(&id))
+            .any(|voters| voters.contains(&seat))
     }
 
     /// Whether node `name` is in the membership (voter or learner).

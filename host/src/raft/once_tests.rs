@@ -13,13 +13,7 @@ use crate::transport::tests::init_logs;
 /// Raises the group's version to the stamps' on its leader, and waits until every node
 /// of `all` applied it (each node stamps by its own replica's version).
 async fn allow_stamps(group: &Group, leader: &str, all: &[&str]) {
-    let raised = group
-        .control(leader)
-        .propose_here(Command::RaiseVersion {
-            to: crate::version::STAMPS,
-        })
-        .await;
-    assert_eq!(raised, Ok(Response::Done));
+    group.raise_to(leader, crate::version::STAMPS).await;
     group.converge(all).await;
 }
 

@@ -85,7 +85,9 @@ pub(super) async fn release(shared: Arc<Shared>, mut stopped: watch::Receiver<bo
             "no leader reached this node in time"
         }
     );
-    shared.raft.runtime_config().elect(true);
+    shared
+        .step_back
+        .hold(&shared.raft, super::step_back::Hold::Rejoin, false);
 }
 
 /// Whether this node is the initial member that bootstraps at once: the lowest node id of

@@ -20,10 +20,11 @@
 //!   the raise): a replica that missed the replacement would address the new node as the
 //!   old member with no store named, and the new node could not tell (`service.rs`). A
 //!   store the cluster retired with an earlier member of the name is refused too.
-//! - **Asked again, the same answer.** A name that is no member (the removal committed,
-//!   but its answer was lost, or the node asked again because a replica that had not yet
-//!   applied the removal still named it a member) is answered [`ReplaceReply::Removed`]:
-//!   there is no old member left to remove, and the node joins as a new one.
+//! - **Asked again, the same answer.** A name that is neither a member nor in the Raft
+//!   membership (the removal committed, but its answer was lost, or the node asked again
+//!   because a replica that had not yet applied the removal still named it a member) is
+//!   answered [`ReplaceReply::Removed`]: there is no old member left to remove, and the
+//!   node joins as a new one.
 //! - **Only the node itself.** The request's sender is the authenticated name; no member
 //!   can have another replaced.
 //!
@@ -101,8 +102,11 @@ impl Shared {
             return ReplaceReply::Refused(error);
         }
         // Asked again after the removal (its answer was lost, or a replica that had not
-        // applied it yet still named the node a member): the old member is out already.
-        if addressed && !member {
+        // applied it yet still named the node a member): the old member is out already,
+        // of the members and of Raft. A name that holds a Raft seat and never registered
+        // (an initial member that never ran, or a joiner wiped before its registration
+        // committed) is not: it falls to the refusal below.
+        if addressed && !member && self.id_of(from).is_none() {
             return ReplaceReply::Removed;
         }
         // Only where a replica that missed the rejoin cannot take the new node for the

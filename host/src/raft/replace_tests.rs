@@ -336,3 +336,34 @@ async fn a_replacement_asked_again_after_the_removal_is_answered_removed() {
     drop((shared, attached));
     group.shutdown().await;
 }
+
+/// A name that holds a Raft seat and never registered (a joiner wiped before its
+/// registration committed) is not answered `Removed`: its old member is still in the
+/// Raft membership, and the node would wait for ever, asking (found in review: the
+/// shortcut for a replacement asked again looked at the members only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seated_name_that_never_registered_is_not_answered_removed() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    group.raise(&leader).await;
+    let options = group.options("n3");
+    group.start("n3", options).await;
+    group
+        .control("n3")
+        .join(&group.via(&[leader.as_str()]))
+        .await
+        .unwrap();
+    assert!(group.control(&leader).id_of_name("n3").is_some());
+    let answer = group
+        .control(&leader)
+        .shared
+        .serve_replace("n3", crate::cluster::StoreId::random())
+        .await;
+    assert!(
+        matches!(&answer, replace::ReplaceReply::Refused(why) if why.contains("does not know which store")),
+        "{answer:?}"
+    );
+    group.shutdown().await;
+}

@@ -206,21 +206,7 @@ impl Shared {
         to: Option<StoreId>,
         request: AppendEntriesRequest,
     ) -> Result<Vec<u8>, String> {
-        let id = check_sender(
-            from,
-            sender,
-            request.vote.leader_id().voted_for(),
-            "AppendEntries",
-        )?;
-        refuse_while_forming(self)?;
-        self.check_member(from, Some(id), "AppendEntries")?;
-        self.check_addressee(from, to, "AppendEntries")?;
-        self.check_term(
-            from,
-            id,
-            request.vote.leader_id().get_term(),
-            "AppendEntries",
-        )?;
+        self.screen(from, (sender, to), &request.vote, "AppendEntries", true)?;
         self.appends.send_modify(|n| *n += 1);
         let term = request.vote.leader_id().get_term();
         // In flight from before Raft sees it until recorded (`heard.rs`).
@@ -243,15 +229,7 @@ impl Shared {
         to: Option<StoreId>,
         request: VoteRequest,
     ) -> Result<Vec<u8>, String> {
-        let id = check_sender(
-            from,
-            sender,
-            request.vote.leader_id().voted_for(),
-            "vote request",
-        )?;
-        refuse_while_forming(self)?;
-        self.check_member(from, Some(id), "vote request")?;
-        self.check_addressee(from, to, "vote request")?;
+        self.screen(from, (sender, to), &request.vote, "vote request", false)?;
         let theirs = request.last_log_id;
         let answer = self.raft.vote(request).await.map_err(fatal);
         if let Ok(answer) = &answer {
@@ -269,21 +247,7 @@ impl Shared {
         to: Option<StoreId>,
         request: InstallSnapshotRequest,
     ) -> Result<Vec<u8>, String> {
-        let id = check_sender(
-            from,
-            sender,
-            request.vote.leader_id().voted_for(),
-            "snapshot chunk",
-        )?;
-        refuse_while_forming(self)?;
-        self.check_member(from, Some(id), "snapshot chunk")?;
-        self.check_addressee(from, to, "snapshot chunk")?;
-        self.check_term(
-            from,
-            id,
-            request.vote.leader_id().get_term(),
-            "snapshot chunk",
-        )?;
+        self.screen(from, (sender, to), &request.vote, "snapshot chunk", true)?;
         let vote = request.vote;
         let hearing = self.heard.hearing().await;
         let answer = self.raft.install_snapshot(request).await;
@@ -295,6 +259,29 @@ impl Shared {
         }
         drop(hearing);
         encode(&answer)
+    }
+
+    /// The checks a Raft message passes before Raft sees it (see the module doc), in this
+    /// order: its claimed sender is `from` (of the store it names, `stores.0`), this node
+    /// is not forming, `from` is a member here, the message is for this node's store
+    /// (`stores.1`), and (`higher_term`: appends and snapshots) a term above this node's
+    /// comes from a voter.
+    fn screen(
+        &self,
+        from: &str,
+        stores: (Option<StoreId>, Option<StoreId>),
+        vote: &super::types::Vote,
+        what: &str,
+        higher_term: bool,
+    ) -> Result<(), String> {
+        let id = check_sender(from, stores.0, vote.leader_id().voted_for(), what)?;
+        refuse_while_forming(self)?;
+        self.check_member(from, Some(id), what)?;
+        self.check_addressee(from, stores.1, what)?;
+        if higher_term {
+            self.check_term(from, id, vote.leader_id().get_term(), what)?;
+        }
+        Ok(())
     }
 
     /// Refuses a Raft message meant for another store of this node's name. Most often
@@ -357,7 +344,7 @@ impl Shared {
     /// depose the leader and truncate this node's log.
     fn check_term(&self, from: &str, id: NodeId, term: u64, what: &str) -> Result<(), String> {
         let current = self.metrics.borrow().current_term;
-        if term <= current || self.is_voter_here(id) {
+        if term <= current || self.is_voter_here(from, id) {
             return Ok(());
         }
         let error = format!(

@@ -27,11 +27,31 @@ use super::types::{LogId, VoteResponse};
 /// How many of the longest election timeouts a candidate that was behind stays back.
 const STEP_BACK: u32 = 3;
 
-/// Said when a vote shows this node's log is behind a voter's that it is in the way of.
+/// Said when a vote shows this node's log is behind a voter's that it is in the way of;
+/// and which of the two reasons to hold elections hold them now (this one, and a
+/// restarted voter's wait for its leader, `rejoin.rs`): elections are on only when
+/// neither does, so neither ends the other's early.
 #[derive(Default)]
 pub(crate) struct StepBack {
     asked: AtomicBool,
     notify: Notify,
+    holds: std::sync::Mutex<Holds>,
+}
+
+/// What holds this node's elections.
+#[derive(Default)]
+struct Holds {
+    rejoin: bool,
+    step_back: bool,
+}
+
+/// A reason to hold elections.
+#[derive(Clone, Copy)]
+pub(crate) enum Hold {
+    /// A restarted voter waits for its leader (`rejoin.rs`).
+    Rejoin,
+    /// A candidate behind a voter in its way (this module).
+    StepBack,
 }
 
 impl StepBack {
@@ -58,6 +78,23 @@ impl StepBack {
         self.asked.store(true, Ordering::SeqCst);
         self.notify.notify_one();
     }
+
+    /// Sets or clears the hold `hold`, and turns `raft`'s elections on only when no hold
+    /// remains.
+    pub(crate) fn hold(&self, raft: &super::types::Raft, hold: Hold, on: bool) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        match hold {
+            Hold::Rejoin => holds.rejoin = on,
+            Hold::StepBack => holds.step_back = on,
+        }
+        raft.runtime_config()
+            .elect(!holds.rejoin && !holds.step_back);
+    }
+
+    /// Whether a restarted voter's wait holds elections now.
+    fn rejoining(&self) -> bool {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).rejoin
+    }
 }
 
 /// The background task: turns elections off for a while each time the network says so.
@@ -73,10 +110,11 @@ pub(crate) async fn keep(
             _ = stop.wait_for(|s| *s) => return,
             _ = step_back.notify.notified() => {}
         }
-        if !step_back.asked.swap(false, Ordering::SeqCst) {
+        // Elections are off anyway while a restarted voter waits for its leader.
+        if !step_back.asked.swap(false, Ordering::SeqCst) || step_back.rejoining() {
             continue;
         }
-        shared.raft.runtime_config().elect(false);
+        step_back.hold(&shared.raft, Hold::StepBack, true);
         tracing::info!(
             event = crate::events::CLUSTER_REJOINED,
             hold_ms = hold.as_millis() as u64,
@@ -87,6 +125,6 @@ pub(crate) async fn keep(
             _ = tokio::time::sleep(hold) => {}
         }
         step_back.asked.store(false, Ordering::SeqCst);
-        shared.raft.runtime_config().elect(true);
+        step_back.hold(&shared.raft, Hold::StepBack, false);
     }
 }

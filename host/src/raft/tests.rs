@@ -143,15 +143,18 @@ impl Group {
         .await;
     }
 
-    /// Raises the group's version (on `leader`) to the one from which a node whose store
-    /// this build made may join (every member speaks it), as a node's version keeper
+    /// Raises the group's version (on `leader`) to the one from which a new member, whose
+    /// id is of its store, may join (every member speaks it), as a node's version keeper
     /// does (`membership.rs`).
     pub(super) async fn raise(&self, leader: &str) {
+        self.raise_to(leader, crate::version::ADDRESSED).await;
+    }
+
+    /// Raises the group's version (on `leader`) to `to`.
+    pub(super) async fn raise_to(&self, leader: &str, to: u32) {
         let raised = self
             .control(leader)
-            .propose_here(Command::RaiseVersion {
-                to: crate::version::ADDRESSED,
-            })
+            .propose_here(Command::RaiseVersion { to })
             .await;
         assert_eq!(raised, Ok(Response::Done));
     }
@@ -253,13 +256,8 @@ pub(super) async fn addressed_with_a_session(
     leader: &str,
     name: &str,
 ) -> (crate::cluster::StoreId, u64) {
+    group.raise(leader).await;
     let control = group.control(leader);
-    let raised = control
-        .propose_here(Command::RaiseVersion {
-            to: crate::version::ADDRESSED,
-        })
-        .await;
-    assert_eq!(raised, Ok(Response::Done));
     assert_eq!(
         control.propose(join_command(name)).await,
         Ok(Response::Done)

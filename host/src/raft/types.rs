@@ -107,6 +107,25 @@ pub fn id_of(membership: &openraft::Membership<NodeId, Peer>, name: &str) -> Opt
         .map(|(id, _)| *id)
 }
 
+/// The seat in `membership` that a message of node `name` claiming member id `id` (already
+/// checked to be the name's: [`may_be`]) speaks for: the id's own; or, when the name sits
+/// under another id, that seat. The second is a new store of the name whose replacement
+/// this replica has not applied yet (`replace.rs`): with ids of names it held the same
+/// seat, and a voter that missed the replacement must still follow it and vote for it, or
+/// it never catches up (issue 24, item 3). It cannot answer for the old member: what this
+/// replica sends the seat names the old store, which the new node refuses (`service.rs`).
+pub fn seat(
+    membership: &openraft::Membership<NodeId, Peer>,
+    name: &str,
+    id: NodeId,
+) -> Option<NodeId> {
+    match membership.get_node(&id) {
+        Some(peer) if peer.name == name => Some(id),
+        Some(_) => None,
+        None => id_of(membership, name),
+    }
+}
+
 /// The running Raft instance.
 pub type Raft = openraft::Raft<TypeConfig>;
 /// What Raft reports about itself, streamed by [`super::Control::metrics`].
@@ -140,6 +159,7 @@ pub(crate) type InstallSnapshotResponse = openraft::raft::InstallSnapshotRespons
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     #[test]
     fn node_ids_are_stable_and_distinct() {
@@ -167,5 +187,33 @@ mod tests {
         assert!(!may_be("n1", Some(b), member_id("n1", a)));
         assert!(!may_be("n2", Some(a), member_id("n1", a)));
         assert!(!may_be("n1", None, member_id("n1", a)));
+    }
+
+    /// A new store of a name whose replacement a replica missed speaks for the name's seat
+    /// there (issue 24, item 3); no message speaks for another name's seat.
+    #[test]
+    fn a_new_store_of_a_seated_name_speaks_for_its_seat() {
+        let (old, new) = (
+            crate::cluster::StoreId::random(),
+            crate::cluster::StoreId::random(),
+        );
+        let seats = BTreeMap::from([
+            (member_id("n2", old), Peer::new("n2", "a:1")),
+            (node_id("n1"), Peer::new("n1", "b:1")),
+        ]);
+        let voters = BTreeSet::from([member_id("n2", old), node_id("n1")]);
+        let membership = openraft::Membership::new(vec![voters], seats);
+        assert_eq!(
+            seat(&membership, "n2", member_id("n2", new)),
+            Some(member_id("n2", old))
+        );
+        assert_eq!(
+            seat(&membership, "n2", member_id("n2", old)),
+            Some(member_id("n2", old))
+        );
+        assert_eq!(seat(&membership, "n1", node_id("n1")), Some(node_id("n1")));
+        // Another name's seat, or a name with none.
+        assert_eq!(seat(&membership, "n3", node_id("n1")), None);
+        assert_eq!(seat(&membership, "n3", node_id("n3")), None);
     }
 }
