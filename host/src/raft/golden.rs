@@ -238,6 +238,14 @@ pub(crate) fn golden_wire_samples() -> Vec<Sample> {
             ),
         ),
         Sample::of("join-11-answer-joined", &JoinReply::Joined { voter: false }),
+        // From this build on, the id the joiner was seated under follows.
+        Sample::of(
+            "join-11-answer-joined-with-id",
+            &(
+                JoinReply::Joined { voter: false },
+                0x0123_4567_89ab_cdef_u64,
+            ),
+        ),
         Sample::of(
             "join-11-answer-not-leader",
             &JoinReply::NotLeader {

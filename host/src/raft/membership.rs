@@ -76,9 +76,15 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
         let mut next = 0;
         while let Some((name, addr)) = ask.get(next).cloned() {
             next += 1;
+            // The id a `Joined` answer says it seated this node under, if it says.
+            let mut seat = None;
             let outcome = match resolve(&addr).await {
                 Ok(sock) => match attached.rpc.call(&name, sock, JOIN, body.clone()).await {
-                    Ok(bytes) => crate::rpc::decode::<JoinReply>(&bytes)
+                    Ok(bytes) => crate::rpc::decode_with_tail::<JoinReply, NodeId>(&bytes)
+                        .map(|(reply, seated)| {
+                            seat = seated;
+                            reply
+                        })
                         .map_err(|e| format!("unreadable answer: {e}")),
                     Err(e) => Err(e.to_string()),
                 },
@@ -86,7 +92,7 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
             };
             match outcome {
                 Ok(JoinReply::Joined { voter }) => {
-                    own_seat(shared).await?;
+                    own_seat(shared, seat)?;
                     tracing::info!(event = crate::events::CLUSTER_JOINED, via = %name, voter, me = %attached.me, "joined the raft group");
                     return Ok(());
                 }
@@ -159,35 +165,25 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     }
 }
 
-/// After a JOIN was answered: the seat the cluster gave this node's name must be its own
-/// member id. A 0.2.0 leader reads no id in a JOIN and seats every name under its name's
-/// id; a node whose id is of its store would then hold no seat of its own, and never vote
-/// or campaign. It stops, saying so. Waits up to `join_timeout` for its own seat to reach
-/// it (a learner still catching up may hold an older membership, with the name's old
-/// seat, for a while).
-async fn own_seat(shared: &Shared) -> Result<(), ControlError> {
-    let mut metrics = shared.metrics.clone();
-    let me = shared.me;
-    let seated = |m: &super::types::Metrics| {
-        m.membership_config
-            .membership()
-            .get_node(&me)
-            .is_some_and(|p| p.name == shared.name)
-    };
-    let _ = tokio::time::timeout(shared.options.join_timeout, metrics.wait_for(seated)).await;
-    match shared.id_of(&shared.name) {
-        Some(seat) if seat != shared.me => Err(ControlError::Removed {
-            name: shared.name.clone(),
-            why: format!(
-                "the cluster seated {} under member id {seat}, not this node's own {} (a leader of a build before tenure/{v} takes every id to be a name's): remove that member (`tenure member remove {}`), and start this node again once every member runs tenure/{v}",
-                shared.name,
-                shared.me,
-                shared.name,
-                v = crate::version::ADDRESSED
-            ),
-        }),
-        _ => Ok(()),
+/// After a JOIN was answered `Joined`, seating this node's name under `seated` (the
+/// answer's tail; `None` from a 0.2.0 leader, which reads no id in a JOIN and seats every
+/// name under its name's id): the seat must be this node's own member id, or it would hold
+/// no seat of its own and never vote or campaign. It stops, saying so.
+fn own_seat(shared: &Shared, seated: Option<NodeId>) -> Result<(), ControlError> {
+    let seated = seated.unwrap_or_else(|| node_id(&shared.name));
+    if seated == shared.me {
+        return Ok(());
     }
+    Err(ControlError::Removed {
+        name: shared.name.clone(),
+        why: format!(
+            "the cluster seated {} under member id {seated}, not this node's own {} (a leader of a build before tenure/{v} takes every id to be a name's): remove that member (`tenure member remove {}`), and start this node again once every member runs tenure/{v}",
+            shared.name,
+            shared.me,
+            shared.name,
+            v = crate::version::ADDRESSED
+        ),
+    })
 }
 
 impl Shared {

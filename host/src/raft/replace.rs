@@ -106,7 +106,14 @@ impl Shared {
         // of the members and of Raft. A name that holds a Raft seat and never registered
         // (an initial member that never ran, or a joiner wiped before its registration
         // committed) is not: it falls to the refusal below.
-        if addressed && !member && self.id_of(from).is_none() {
+        let seat = self.id_of(from);
+        if addressed && !member && seat.is_none() {
+            return ReplaceReply::Removed;
+        }
+        // The name's seat is this very store's (a new member that stopped before any
+        // entry reached it, so its store is still new): nothing to replace; its JOIN
+        // finds its seat.
+        if addressed && seat == Some(super::types::member_id(from, store)) {
             return ReplaceReply::Removed;
         }
         // Only where a replica that missed the rejoin cannot take the new node for the

@@ -367,3 +367,36 @@ async fn a_seated_name_that_never_registered_is_not_answered_removed() {
     );
     group.shutdown().await;
 }
+
+/// A new member that stopped before any entry reached it (its store still counts as new)
+/// asks to be replaced at its next start: its name's seat is its own store's, so it is
+/// answered `Removed` and its JOIN finds the seat. It was refused ("does not know which
+/// store"), and the node refused to start (found in review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_asking_about_its_own_seat_is_answered_removed() {
+    init_logs();
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    group.raise(&leader).await;
+    let mut options = group.options("n3");
+    options.new_member = true;
+    group.start("n3", options).await;
+    group
+        .control("n3")
+        .join(&group.via(&[leader.as_str()]))
+        .await
+        .unwrap();
+    let store = group.control("n3").store_id();
+    assert_eq!(
+        group.control(&leader).id_of_name("n3"),
+        Some(super::types::member_id("n3", store))
+    );
+    let answer = group
+        .control(&leader)
+        .shared
+        .serve_replace("n3", store)
+        .await;
+    assert_eq!(answer, replace::ReplaceReply::Removed);
+    group.shutdown().await;
+}

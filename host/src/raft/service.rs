@@ -41,15 +41,15 @@ use serde::de::DeserializeOwned;
 
 use super::Shared;
 use super::error::ProposeError;
-use super::kinds::ProposeReply;
 use super::kinds::{
     self, APPEND_ENTRIES, APPEND_ENTRIES_TO, Addressed, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO,
     JOIN, PROPOSE, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
 };
+use super::kinds::{JoinReply, ProposeReply};
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
-    RaftError, VoteRequest, may_be,
+    RaftError, VoteRequest, may_be, node_id,
 };
 use crate::cluster::{Proposal, StoreId};
 use crate::rpc::Service;
@@ -179,7 +179,13 @@ impl Shared {
                 let (peer, joiner): (Peer, Option<(StoreId, NodeId)>) =
                     crate::rpc::decode_with_tail(payload)
                         .map_err(|e| format!("unreadable payload of kind {kind}: {e}"))?;
-                encode(&self.serve_join(from, peer, joiner).await)
+                let id = joiner.map_or_else(|| node_id(&peer.name), |(_, id)| id);
+                match self.serve_join(from, peer, joiner).await {
+                    // From this build on, the id it was seated under follows (a tail
+                    // 0.2.0 does not send): the joiner checks it is its own.
+                    joined @ JoinReply::Joined { .. } => encode(&(joined, id)),
+                    other => encode(&other),
+                }
             }
             STORE_INFO => self
                 .store_info(from)

@@ -108,12 +108,15 @@ pub fn id_of(membership: &openraft::Membership<NodeId, Peer>, name: &str) -> Opt
 }
 
 /// The seat in `membership` that a message of node `name` claiming member id `id` (already
-/// checked to be the name's: [`may_be`]) speaks for: the id's own; or, when the name sits
-/// under another id, that seat. The second is a new store of the name whose replacement
-/// this replica has not applied yet (`replace.rs`): with ids of names it held the same
-/// seat, and a voter that missed the replacement must still follow it and vote for it, or
-/// it never catches up (issue 24, item 3). It cannot answer for the old member: what this
-/// replica sends the seat names the old store, which the new node refuses (`service.rs`).
+/// checked to be the name's: [`may_be`]) speaks for: the id's own; or, for an id of the
+/// name and a store (which passed the check only with that store named, on an addressed
+/// message) when the name sits under another id, that seat. That is a new store of the
+/// name whose replacement this replica has not applied yet (`replace.rs`): with ids of
+/// names it held the same seat, and a voter that missed the replacement must still follow
+/// it and vote for it, or it never catches up (issue 24, item 3). It cannot answer for the
+/// old member: what this replica sends the seat names the old store, which the new node
+/// refuses (`service.rs`). A name's id not in the membership speaks for no seat: the
+/// retired process of a name now seated under a store's id, sending the plain kinds.
 pub fn seat(
     membership: &openraft::Membership<NodeId, Peer>,
     name: &str,
@@ -122,7 +125,8 @@ pub fn seat(
     match membership.get_node(&id) {
         Some(peer) if peer.name == name => Some(id),
         Some(_) => None,
-        None => id_of(membership, name),
+        None if id != node_id(name) => id_of(membership, name),
+        None => None,
     }
 }
 
@@ -215,5 +219,7 @@ mod tests {
         // Another name's seat, or a name with none.
         assert_eq!(seat(&membership, "n3", node_id("n1")), None);
         assert_eq!(seat(&membership, "n3", node_id("n3")), None);
+        // The name's id, when the name sits under a store's id: no seat.
+        assert_eq!(seat(&membership, "n2", node_id("n2")), None);
     }
 }
