@@ -165,6 +165,12 @@ pub(crate) async fn join(shared: &Shared, via: &[(String, String)]) -> Result<()
     }
 }
 
+/// The member id a JOIN of node `name` asks for: the one its tail names (`joiner`: its
+/// store and id), or its name's from a 0.2.0 node, which sends no tail.
+pub(crate) fn joiner_id(name: &str, joiner: Option<(StoreId, NodeId)>) -> NodeId {
+    joiner.map_or_else(|| node_id(name), |(_, id)| id)
+}
+
 /// After a JOIN was answered `Joined`, seating this node's name under `seated` (the
 /// answer's tail; `None` from a 0.2.0 leader, which reads no id in a JOIN and seats every
 /// name under its name's id): the seat must be this node's own member id, or it would hold
@@ -197,7 +203,7 @@ impl Shared {
         joiner: Option<(StoreId, NodeId)>,
     ) -> JoinReply {
         let store = joiner.map(|(store, _)| store);
-        let id = joiner.map_or_else(|| node_id(&peer.name), |(_, id)| id);
+        let id = joiner_id(&peer.name, joiner);
         if from != peer.name {
             let error = format!(
                 "{from} may not ask for {} to join: only a node itself may",

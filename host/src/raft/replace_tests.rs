@@ -344,17 +344,7 @@ async fn a_replacement_asked_again_after_the_removal_is_answered_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seated_name_that_never_registered_is_not_answered_removed() {
     init_logs();
-    let mut group = Group::new();
-    group.bootstrap(&["n1", "n2"], 2).await;
-    let leader = group.leader(&["n1", "n2"]).await;
-    group.raise(&leader).await;
-    let options = group.options("n3");
-    group.start("n3", options).await;
-    group
-        .control("n3")
-        .join(&group.via(&[leader.as_str()]))
-        .await
-        .unwrap();
+    let (group, leader) = n3_joined(false).await;
     assert!(group.control(&leader).id_of_name("n3").is_some());
     let answer = group
         .control(&leader)
@@ -375,18 +365,7 @@ async fn a_seated_name_that_never_registered_is_not_answered_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_member_asking_about_its_own_seat_is_answered_removed() {
     init_logs();
-    let mut group = Group::new();
-    group.bootstrap(&["n1", "n2"], 2).await;
-    let leader = group.leader(&["n1", "n2"]).await;
-    group.raise(&leader).await;
-    let mut options = group.options("n3");
-    options.new_member = true;
-    group.start("n3", options).await;
-    group
-        .control("n3")
-        .join(&group.via(&[leader.as_str()]))
-        .await
-        .unwrap();
+    let (group, leader) = n3_joined(true).await;
     let store = group.control("n3").store_id();
     assert_eq!(
         group.control(&leader).id_of_name("n3"),
@@ -399,4 +378,22 @@ async fn a_new_member_asking_about_its_own_seat_is_answered_removed() {
         .await;
     assert_eq!(answer, replace::ReplaceReply::Removed);
     group.shutdown().await;
+}
+
+/// A group of n1 and n2 at the version new members join at, and n3 joined to it (as a new
+/// member, with a member id of its store, if `new_member`); the group and its leader.
+async fn n3_joined(new_member: bool) -> (Group, String) {
+    let mut group = Group::new();
+    group.bootstrap(&["n1", "n2"], 2).await;
+    let leader = group.leader(&["n1", "n2"]).await;
+    group.raise(&leader).await;
+    let mut options = group.options("n3");
+    options.new_member = new_member;
+    group.start("n3", options).await;
+    group
+        .control("n3")
+        .join(&group.via(&[leader.as_str()]))
+        .await
+        .unwrap();
+    (group, leader)
 }

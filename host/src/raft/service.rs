@@ -49,7 +49,7 @@ use super::kinds::{JoinReply, ProposeReply};
 use super::refusals::Refusal;
 use super::types::{
     AppendEntriesRequest, AppendEntriesResponse, Fatal, InstallSnapshotRequest, NodeId, Peer,
-    RaftError, VoteRequest, may_be, node_id,
+    RaftError, VoteRequest, may_be,
 };
 use crate::cluster::{Proposal, StoreId};
 use crate::rpc::Service;
@@ -179,7 +179,7 @@ impl Shared {
                 let (peer, joiner): (Peer, Option<(StoreId, NodeId)>) =
                     crate::rpc::decode_with_tail(payload)
                         .map_err(|e| format!("unreadable payload of kind {kind}: {e}"))?;
-                let id = joiner.map_or_else(|| node_id(&peer.name), |(_, id)| id);
+                let id = super::membership::joiner_id(&peer.name, joiner);
                 match self.serve_join(from, peer, joiner).await {
                     // From this build on, the id it was seated under follows (a tail
                     // 0.2.0 does not send): the joiner checks it is its own.
