@@ -4,11 +4,15 @@
 //! its plugin by its own lease deadline, before the majority side can start a successor;
 //! once the link is back the cluster is whole again, and fencing tokens only grew.
 //!
+//! A second test pins down what a cut does to bytes already handed to the kernel, which
+//! the fault checker's `stale-write` rule rests on (`support/checker.rs` `downstream`).
+//!
 //! Needs root and iproute2; without them the test says why and passes without running.
 
 mod support;
 
-use std::time::SystemTime;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant, SystemTime};
 
 use support::netns::Net;
 use support::*;
@@ -103,4 +107,85 @@ fn a_cut_off_owner_stops_before_the_majority_starts_a_successor() {
 
     c.stop_all();
     assert_safe(&c.merged(), "solo", 1);
+}
+
+/// Bytes a node wrote while it was cut off arrive after the heal, although the socket was
+/// reset (`SO_LINGER` 0) before the heal, as the host's does when a request is aborted at
+/// the lease's end (`runtime/http/socket.rs`). The cut took the link's carrier away, which
+/// flushed the node's neighbour (ARP) entries; the segment written then waits in the
+/// kernel's queue of an unresolved neighbour, not in the socket, so the reset cannot
+/// discard it, and the queue is sent when the neighbour resolves after the heal (for up to
+/// `mcast_solicit` × `retrans_time`, 3 s by default). Seen in the seeded fault run: a
+/// webhook write of a cut-off owner reached the downstream about 90 ms after the heal,
+/// after its successor's. The write left while the owner still held its lease; the
+/// downstream's token check (`tenure-token`) is what refuses such a write, and the checker
+/// excuses it only when its connection was open before the cut.
+#[test]
+fn bytes_written_while_cut_off_arrive_after_the_heal_although_the_socket_was_reset() {
+    if let Some(why) = Net::unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let net = match Net::create(1) {
+        Ok(net) => net,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot create network namespaces: {why}");
+            return;
+        }
+    };
+    let listener = net.listen_on_bridge();
+    let addr = listener.local_addr().unwrap();
+    let mut client = net.connect_from(0, addr);
+    let (mut server, _) = listener.accept().expect("accepting the node's connection");
+
+    net.cut(0);
+    client
+        .write_all(b"written while cut off")
+        .expect("the kernel takes the bytes");
+    // Until the kernel has sent the segment (into the neighbour's queue): bytes it has
+    // not sent yet would be discarded by the reset.
+    let sent_by = Instant::now() + Duration::from_secs(10);
+    while unsent(&client) > 0 {
+        assert!(Instant::now() < sent_by, "the kernel never sent the bytes");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    socket2::SockRef::from(&client)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(client);
+    net.heal(0);
+    let healed = Instant::now();
+
+    server
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = [0u8; 64];
+    let n = server
+        .read(&mut got)
+        .expect("the bytes (or the reset) arrive after the heal");
+    assert_eq!(
+        &got[..n],
+        b"written while cut off",
+        "the bytes written during the cut reached the server after the heal"
+    );
+    eprintln!(
+        "the bytes written while cut off arrived {} ms after the heal",
+        healed.elapsed().as_millis()
+    );
+}
+
+/// Bytes of `stream` the kernel has not sent even once (`SIOCOUTQNSD`).
+fn unsent(stream: &std::net::TcpStream) -> libc::c_int {
+    let mut unsent: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one int through the pointer, valid for it, on a
+    // descriptor the stream keeps open during the call.
+    let failed = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SIOCOUTQNSD,
+            &mut unsent,
+        )
+    } != 0;
+    assert!(!failed, "SIOCOUTQNSD: {}", std::io::Error::last_os_error());
+    unsent
 }

@@ -17,7 +17,8 @@
 //!    by exactly one `plugin.cleanup` of the same token on that node.
 //! 6. `stale-write` ([`downstream`], over what a plugin's downstream service received):
 //!    per slot, in arrival order, the `tenure-token` never goes backwards, except for a
-//!    write that was on the wire when its node froze or was cut off.
+//!    write that was on the wire when its node froze or was cut off (its connection open
+//!    before the cut).
 //! 7. `replica`: no leader ever found a member's replica different from its own
 //!    (`replica.diverged` at ERROR).
 //!
@@ -54,9 +55,20 @@ use super::{EXITED, Interval, format_rfc3339_utc, intervals, timestamp_us};
 /// half the fault run's TTL.
 pub const PAUSE_STOP_BOUND_US: i64 = 500_000;
 
-/// How long after SIGCONT (or a heal) a downstream write counts as held up on the wire
-/// by the pause (or the cut), not sent after it: 50 ms.
+/// How long after SIGCONT a downstream write counts as held up on the wire by the pause,
+/// not sent after it, and how late after a cut began the recorder may have accepted a
+/// connection the kernel had opened before it (the recorder's thread reads the clock
+/// after `accept` returns): 50 ms.
 pub const HELD_UP_SLACK_US: i64 = 50_000;
+
+/// How long after a heal the bytes a node wrote while cut off may still arrive: the cut
+/// took the carrier away, which flushed the node's neighbour (ARP) entries, so what the
+/// node sent then waits in the queue of an unresolved neighbour, where a reset of the
+/// socket does not reach it (`partition.rs` shows this on real namespaces: about 1 s after
+/// the heal, at the next ARP probe). The kernel drops that queue when the neighbour fails,
+/// `mcast_solicit` × `retrans_time` after it began resolving (3 × 1 s by default), and it
+/// began before the heal.
+pub const NEIGHBOUR_HOLD_US: i64 = 3_000_000;
 
 /// How far around a violation the report lists faults.
 const NEARBY_US: i64 = 5_000_000;
@@ -206,7 +218,10 @@ pub fn time(us: i64) -> String {
 /// One write a plugin's downstream service received, with the fencing headers it carried.
 #[derive(Clone, Debug)]
 pub struct Delivery {
+    /// When the whole request had arrived.
     pub at_us: i64,
+    /// When its connection was accepted.
+    pub connected_us: i64,
     pub node: String,
     pub resource: String,
     pub slot: u64,
@@ -214,16 +229,30 @@ pub struct Delivery {
 }
 
 /// Property 6, at a plugin's downstream: a slot's tokens never go backwards in arrival
-/// order, except for a write that was on the wire when its node froze or was cut off: it
-/// arrives while the node is paused or cut, or within [`HELD_UP_SLACK_US`] of its SIGCONT or
-/// heal. Anything else is a stale owner acting after its lease (`stale-write`).
+/// order, except for a write that was on the wire when its node froze or was cut off.
+/// Held up by a pause: it arrives while the node is frozen or within
+/// [`HELD_UP_SLACK_US`] of its SIGCONT. Held up by a cut: its connection was open before
+/// the cut (within [`HELD_UP_SLACK_US`]), and it arrives after the cut began and within
+/// [`NEIGHBOUR_HOLD_US`] of the heal. A connection of a cut-off node cannot open during
+/// the cut, and one it opened after the heal carries nothing written before it. Anything
+/// else is a stale owner acting after its lease (`stale-write`).
+///
+/// A held-up write left its node while the node still held its lease; that it arrives
+/// after the successor's writes is why a downstream checks `tenure-token`.
 pub fn downstream(deliveries: &[Delivery], schedule: &Schedule) -> Vec<Violation> {
-    let mut held_up = schedule.pauses();
-    held_up.extend(schedule.episodes("cut", "heal"));
+    let pauses = schedule.pauses();
+    let cuts = schedule.episodes("cut", "heal");
     let excused = |d: &Delivery| {
-        held_up.iter().any(|(node, from, to)| {
+        let paused = pauses.iter().any(|(node, from, to)| {
             *node == d.node && *from <= d.at_us && d.at_us <= to + HELD_UP_SLACK_US
-        })
+        });
+        let cut = cuts.iter().any(|(node, from, to)| {
+            *node == d.node
+                && d.connected_us <= from + HELD_UP_SLACK_US
+                && *from <= d.at_us
+                && d.at_us <= to + NEIGHBOUR_HOLD_US
+        });
+        paused || cut
     };
     let mut sorted: Vec<&Delivery> = deliveries.iter().collect();
     sorted.sort_by_key(|d| d.at_us);

@@ -112,28 +112,18 @@ impl Net {
     /// made in the hub namespace by a thread that enters it; it stays there whichever
     /// thread accepts on it.
     pub fn listen_on_bridge(&self) -> std::net::TcpListener {
-        let path = format!("/var/run/netns/{}", self.hub);
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let ns = std::fs::File::open(&path)
-                        .unwrap_or_else(|e| panic!("opening {path}: {e}"));
-                    // SAFETY: setns on an open namespace file moves only this thread,
-                    // which ends right after binding.
-                    let entered = unsafe {
-                        libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET)
-                    };
-                    assert_eq!(
-                        entered,
-                        0,
-                        "setns into {path}: {}",
-                        std::io::Error::last_os_error()
-                    );
-                    std::net::TcpListener::bind((Net::DOWNSTREAM, 0))
-                        .expect("binding on the bridge's address")
-                })
-                .join()
-                .expect("the namespace thread")
+        in_namespace(&self.hub, || {
+            std::net::TcpListener::bind((Net::DOWNSTREAM, 0))
+                .expect("binding on the bridge's address")
+        })
+    }
+
+    /// A TCP connection from node `i`'s namespace to `addr`, made by a thread that enters
+    /// the namespace (a socket stays in the namespace it was made in).
+    pub fn connect_from(&self, i: usize, addr: std::net::SocketAddr) -> std::net::TcpStream {
+        in_namespace(&self.nodes[i], || {
+            std::net::TcpStream::connect(addr)
+                .unwrap_or_else(|e| panic!("connecting from node {} to {addr}: {e}", i + 1))
         })
     }
 
@@ -180,6 +170,33 @@ impl Drop for Net {
         }
         eprintln!("[netns] deleted {} and its node namespaces", self.hub);
     }
+}
+
+/// Runs `make` on a thread that entered the network namespace `ns`, and returns what it
+/// made (a socket made there stays there).
+fn in_namespace<T: Send>(ns: &str, make: impl FnOnce() -> T + Send) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let file =
+                    std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
+                // SAFETY: setns on an open namespace file moves only this thread, which
+                // ends right after `make`.
+                let entered = unsafe {
+                    libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET)
+                };
+                assert_eq!(
+                    entered,
+                    0,
+                    "setns into {path}: {}",
+                    std::io::Error::last_os_error()
+                );
+                make()
+            })
+            .join()
+            .expect("the namespace thread")
+    })
 }
 
 /// Runs `ip ARGS`; an `Err` carries its stderr.

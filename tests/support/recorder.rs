@@ -20,7 +20,11 @@ pub struct Recorded {
     /// Header names in lower case; a repeated header keeps its last value.
     pub headers: BTreeMap<String, String>,
     pub body: Vec<u8>,
+    /// When the whole request had arrived.
     pub at: SystemTime,
+    /// When its connection was accepted: a request whose connection was open before its
+    /// node was cut off was on the wire then (see `checker::downstream`).
+    pub connected: SystemTime,
 }
 
 impl Recorded {
@@ -60,8 +64,9 @@ impl Recorder {
         let accept = shared.clone();
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                let connected = SystemTime::now();
                 let shared = accept.clone();
-                thread::spawn(move || serve(stream, &shared));
+                thread::spawn(move || serve(stream, connected, &shared));
             }
         });
         Recorder { addr, shared }
@@ -102,10 +107,10 @@ impl Recorder {
     }
 }
 
-fn serve(stream: TcpStream, shared: &Shared) {
+fn serve(stream: TcpStream, connected: SystemTime, shared: &Shared) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    while let Some(request) = read_request(&mut reader) {
+    while let Some(request) = read_request(&mut reader, connected) {
         let close = request
             .header("connection")
             .is_some_and(|c| c.eq_ignore_ascii_case("close"));
@@ -118,7 +123,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
     }
 }
 
-fn read_request(reader: &mut impl BufRead) -> Option<Recorded> {
+fn read_request(reader: &mut impl BufRead, connected: SystemTime) -> Option<Recorded> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -163,6 +168,7 @@ fn read_request(reader: &mut impl BufRead) -> Option<Recorded> {
         headers,
         body,
         at: SystemTime::now(),
+        connected,
     })
 }
 
