@@ -107,6 +107,43 @@ fn a_wiped_voter_never_votes_as_its_old_self_and_rejoins_as_a_new_member() {
     assert_safe(&cluster.merged(), "counter", 1);
 }
 
+/// A node whose disk was replaced while its whole cluster was down starts first, alone:
+/// no peer can say whether the cluster knows it. It waits until they answer, and comes
+/// back as a new member under an id of its own, never its old member's (issue 24, items
+/// 1 and 2). Before, a node no peer answered within a second kept its name's id, the id
+/// of the member that had voted and held a log it no longer has.
+#[test]
+fn a_node_wiped_while_its_cluster_was_down_still_comes_back_under_an_id_of_its_own() {
+    let mut cluster = Cluster::builder(3).ttl(Duration::from_secs(2)).build();
+    cluster.start();
+    // Every member on this build: the version was raised, so new members get ids of
+    // their own and stores are recorded.
+    cluster.wait_version(7);
+    let wiped = 1;
+    let name = cluster.name(wiped).to_string();
+    let old_id = cluster.wait("the member id of n2", WAIT, |c| member_id(c, &name));
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    cluster.wipe(wiped);
+    cluster.spawn(wiped);
+    cluster.wait_event(
+        wiped,
+        "the wiped node waits for its peers",
+        0,
+        is("cluster.waiting").f(),
+    );
+    for i in (0..3).filter(|&i| i != wiped) {
+        cluster.spawn(i);
+    }
+    cluster.wait_event(wiped, "joined as a new member", 0, is("cluster.joined").f());
+    let new_id = cluster.wait("the new member listed", WAIT, |c| member_id(c, &name));
+    assert_ne!(
+        new_id, old_id,
+        "{name} came back under its old member's id after its peers were away"
+    );
+}
+
 /// The Raft member id `tenure member list` gives node `name`, if it lists it.
 fn member_id(cluster: &Cluster, name: &str) -> Option<u64> {
     let out = cluster.admin(&["member", "list", "--json"]);

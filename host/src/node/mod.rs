@@ -172,7 +172,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let renewals = Arc::new(Renewals::new());
     let mut options =
         ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
-    options.new_member = new_member::is_new_member(&config, &files, listen).await?;
+    // Deciding what this node is, forming and joining can wait for peers for as long as
+    // they are away: a stop asked meanwhile ends the node cleanly (nothing runs yet), as
+    // it would later.
+    let mut shutdown = std::pin::pin!(shutdown);
+    options.new_member = match new_member::is_new_member(&config, &files, listen, shutdown.as_mut())
+        .await?
+    {
+        Some(new_member) => new_member,
+        None => {
+            tracing::info!(event = events::NODE_STOPPED, node = %config.name, "stopped before it formed or joined the cluster");
+            return Ok(());
+        }
+    };
     // After the question's transport (which took one): peers take a node's newest.
     let incarnation = next_incarnation(&config.data_dir)?;
     options.voters = config.voters;
@@ -224,9 +236,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let metrics_probe = Arc::new(probe::NodeProbe::new(shared.clone()));
     let _metrics = probe::serve(config.metrics, metrics_probe.clone()).await?;
 
-    // Forming or joining can wait for peers for as long as they are away: a stop asked
-    // meanwhile ends the node cleanly (nothing runs yet), as it would later.
-    let mut shutdown = std::pin::pin!(shutdown);
     let formed = async {
         if config.join.is_empty() {
             let mut members: BTreeMap<String, String> = config

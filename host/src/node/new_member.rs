@@ -6,14 +6,15 @@
 //! the disk was lost or replaced, and the node comes back as a new member, with a member
 //! id of its own, never the id of the member that forgot its votes and log (etcd learns a
 //! member's id from the cluster before it starts Raft for the same reason). It asks its
-//! peers once, over a transport bound for the question and closed after it, which answers
-//! no one (a peer asking meanwhile hears "starting" and asks again). A peer that gives no
-//! answer in time counts as not knowing the name: a cluster that is down as a whole looks
-//! like one not formed yet, and the node then starts under its name's id, as before;
-//! what it may do as that member is still decided by its peers once they answer
-//! (`raft/forming.rs`), and every message to it names the store it is for.
+//! peers over a transport bound for the question and closed after it, until an answer
+//! knows it or a majority of the initial members has answered without knowing it
+//! (`raft::knows_me`): a cluster that is down as a whole is waited for, as forming waits
+//! for it. That transport answers the same question of its peers for this node (it has
+//! formed nothing), so initial members starting together on new data dirs count each
+//! other, and every other question with "starting" (the peer asks again).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -25,17 +26,18 @@ use crate::transport::{PeerInfo, TlsFiles, TransportConfig};
 use super::NodeError;
 
 /// Whether the node of `config` joins as a new member (see the module doc); `listen` is
-/// the address it binds, `files` its certificate.
+/// the address it binds, `files` its certificate. `None` when `shutdown` came first.
 pub(super) async fn is_new_member(
     config: &Config,
     files: &TlsFiles,
     listen: SocketAddr,
-) -> Result<bool, NodeError> {
+    shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<bool>, NodeError> {
     if !config.join.is_empty() {
-        return Ok(true);
+        return Ok(Some(true));
     }
     if config.peers.is_empty() || config.data_dir.join("raft.redb").exists() {
-        return Ok(false);
+        return Ok(Some(false));
     }
     let transport = TransportConfig {
         listen,
@@ -43,13 +45,21 @@ pub(super) async fn is_new_member(
         ..TransportConfig::default()
     };
     let incarnation = super::next_incarnation(&config.data_dir)?;
+    let names = config
+        .peers
+        .iter()
+        .map(|p| p.name.clone())
+        .chain(std::iter::once(config.name.clone()))
+        .collect();
     let rpc = Arc::new(
         Rpc::bind(
             transport,
             files.clone(),
             incarnation,
             crate::cluster::ClusterCell::default(),
-            Arc::new(Starting),
+            Arc::new(Starting {
+                store_info: crate::raft::fresh_store_info(names),
+            }),
         )
         .await?,
     );
@@ -62,14 +72,12 @@ pub(super) async fn is_new_member(
         .iter()
         .map(|p| (p.name.clone(), p.addr.clone()))
         .collect();
-    let known = crate::raft::knows_me(
-        rpc.clone(),
-        Peer::new(config.name.clone(), advertise),
-        &peers,
-    )
-    .await;
+    let known = tokio::select! {
+        known = crate::raft::knows_me(rpc.clone(), Peer::new(config.name.clone(), advertise), &peers) => Some(known),
+        _ = shutdown => None,
+    };
     rpc.close().await;
-    if known {
+    if known == Some(true) {
         tracing::info!(
             event = crate::events::CLUSTER_WAITING,
             "this node's data dir is new and its cluster knows its name: it comes back as a new member, with a member id of its own"
@@ -78,16 +86,25 @@ pub(super) async fn is_new_member(
     Ok(known)
 }
 
-/// The service of the transport that only asks: it answers no one.
-struct Starting;
+/// The service of the transport that asks: it answers [`crate::raft::STORE_INFO`] as a
+/// node with no Raft store, and nothing else.
+struct Starting {
+    /// The encoded answer ([`crate::raft::fresh_store_info`]).
+    store_info: Vec<u8>,
+}
 
 impl Service for Starting {
     fn call(
         &self,
         _from: &PeerInfo,
-        _kind: u16,
+        kind: u16,
         _payload: Vec<u8>,
     ) -> BoxFuture<Result<Vec<u8>, String>> {
-        Box::pin(async { Err("starting: asking its peers whether they know it".to_owned()) })
+        let answer = if kind == crate::raft::STORE_INFO {
+            Ok(self.store_info.clone())
+        } else {
+            Err("starting: asking its peers whether they know it".to_owned())
+        };
+        Box::pin(async move { answer })
     }
 }

@@ -309,32 +309,84 @@ pub(crate) async fn ask(attached: &Attached, name: &str, addr: &str) -> Option<S
     asked(attached, name, addr).await.ok()
 }
 
-/// Whether any of `peers` (name, address) answers that its cluster knows node `me` as a
-/// registered member, or removed a member of its name: then a node on a new data dir is not an
-/// initial member, whatever its `peers` say, but comes back as a new member, and takes a
-/// member id of its own before its Raft starts (`types.rs`, `ControlOptions::new_member`).
-/// Asked once, through `rpc`, a transport bound for this question only; each node that
-/// gives no answer in time counts as not knowing (a cluster that is down as a whole is
-/// not told apart from one not yet formed: the node then starts as an initial member,
-/// under its name's id).
+/// Whether the cluster of `peers` (name, address) knows node `me`: it has the name among
+/// its registered members, or removed a member of the name with its store. Then a node
+/// on a new data dir is not an initial member, whatever its `peers` say, but comes back
+/// as a new member, and takes a member id of its own before its Raft starts (`types.rs`,
+/// `ControlOptions::new_member`). Asked through `rpc`, a transport bound for this
+/// question only, by the rule [`decide`] applies later ([`verdict`]): until an answer
+/// knows the node, or a majority of the initial members (this node counted) has answered
+/// without knowing it. A cluster that is down as a whole is waited for, as forming waits
+/// for it, so a node whose disk was replaced while its peers were away still comes back
+/// as a new member once they answer, never under its old member's id. An initial member
+/// that starts on a new data dir with the others hears their fresh answers
+/// ([`fresh_store_info`]) and goes on at once.
 pub async fn knows_me(rpc: Arc<crate::rpc::Rpc>, me: Peer, peers: &[(String, String)]) -> bool {
     let name = me.name.clone();
     let attached = Arc::new(Attached { rpc, me });
-    let mut asking = tokio::task::JoinSet::new();
-    for (peer, addr) in peers.iter().filter(|(peer, _)| *peer != name) {
-        let (attached, peer, addr) = (attached.clone(), peer.clone(), addr.clone());
-        asking.spawn(async move { ask(&attached, &peer, &addr).await });
-    }
-    // As `verdict` judges a node with `peers`: a name among the replicated members (it
-    // registered, so it ran), or one removed. A name only in the Raft membership is an
-    // initial member that never ran, which its name's id still fits.
-    let mut known = false;
-    while let Some(answer) = asking.join_next().await {
-        if let Ok(Some(a)) = answer {
-            known |= a.formed && (a.yours_removed || a.members.contains(&name));
+    let others: Vec<(String, String)> = peers
+        .iter()
+        .filter(|(peer, _)| *peer != name)
+        .cloned()
+        .collect();
+    let mut waiting_told = false;
+    loop {
+        let mut asking = tokio::task::JoinSet::new();
+        for (i, (peer, addr)) in others.iter().enumerate() {
+            let (attached, peer, addr) = (attached.clone(), peer.clone(), addr.clone());
+            asking.spawn(async move { (i, ask(&attached, &peer, &addr).await) });
+        }
+        let mut answers: Vec<(String, Option<StoreInfo>)> = others
+            .iter()
+            .map(|(peer, _)| (peer.clone(), None))
+            .collect();
+        while let Some(answer) = asking.join_next().await {
+            if let Ok((i, answer)) = answer {
+                answers[i].1 = answer;
+            }
+        }
+        match verdict(&name, false, &answers) {
+            Verdict::Forgot { .. } | Verdict::Disagree { .. } | Verdict::Rejoin { .. } => {
+                return true;
+            }
+            Verdict::Wait(silent) => {
+                if !waiting_told {
+                    tracing::info!(
+                        event = crate::events::CLUSTER_WAITING,
+                        waiting_for = %silent.join(", "),
+                        "this node's data dir is new: waiting for {} to answer whether the cluster knows it, before its Raft starts (a node whose disk was replaced comes back as a new member)",
+                        silent.join(", ")
+                    );
+                    waiting_told = true;
+                }
+                tokio::time::sleep(ASK_AGAIN).await;
+            }
+            // Forming judges these answers again and says what they mean.
+            Verdict::Go | Verdict::NotInitial { .. } | Verdict::TwoClusters(_) => return false,
         }
     }
-    known
+}
+
+/// The answer to [`STORE_INFO`] of a node that has no Raft store yet and was started with
+/// the initial members `peers` (names, this node's among them): it has formed nothing and
+/// knows no one. Given while it asks [`knows_me`], so that initial members starting
+/// together on new data dirs count each other's answers.
+pub fn fresh_store_info(peers: Vec<String>) -> Vec<u8> {
+    let mut peers = peers;
+    peers.sort();
+    peers.dedup();
+    StoreInfo {
+        formed: false,
+        raft_members: Vec::new(),
+        members: Vec::new(),
+        cluster: None,
+        yours: None,
+        yours_removed: false,
+        peers,
+    }
+    .encode()
+    // Strings, lists and options only: postcard's encoding of them into a Vec cannot fail.
+    .expect("a StoreInfo encodes")
 }
 
 /// Why a node gave no answer to [`STORE_INFO`].

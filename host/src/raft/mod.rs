@@ -124,7 +124,7 @@ pub use format::{
     BEFORE_STAMPS, FORMATS, FormatError, Found, STORE_FORMAT, check as check_format,
     inspect as inspect_format,
 };
-pub use forming::knows_me;
+pub use forming::{fresh_store_info, knows_me};
 pub use kinds::{
     APPEND_ENTRIES, APPEND_ENTRIES_TO, INSTALL_SNAPSHOT, INSTALL_SNAPSHOT_TO, JOIN, JoinReply,
     NODE_KINDS, PROPOSE, ProposeReply, REPLACE, REPLICA_HASHES, STORE_INFO, VOTE, VOTE_TO,
