@@ -836,7 +836,11 @@ fn unreached_voter_then_leader_cut(early: bool) -> Option<(String, Vec<checker::
         }
     };
     let mut c = Cluster::builder(3)
-        .ttl(Duration::from_secs(3))
+        // Long enough that the cut-off owner still runs when the new leader is elected:
+        // the unreached node, whose data dir is new, starts its Raft only once a majority
+        // of its peers has answered it (`node/new_member.rs`), about 2 s after the heal,
+        // and only then can it vote; an early handoff must have a live owner to overlap.
+        .ttl(Duration::from_secs(5))
         .hosts((0..3).map(|i| net.ip(i)).collect())
         .wrappers((0..3).map(|i| net.wrapper(i)).collect())
         .build();

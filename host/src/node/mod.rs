@@ -153,6 +153,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     })?;
     // Held until the node ends: a second node on this data dir is refused.
     let _data_dir_lock = preflight::lock_data_dir(&config.data_dir)?;
+    // From here no other run of this store can take a Raft message; this one takes none
+    // until its Raft starts, which can wait for peers (`new_member.rs`): the time a voter
+    // that heard no leader answers is counted from now (`raft/heard.rs`).
+    let started = std::time::Instant::now();
     let files = tls_files(&config)?;
     // Cache misses compile in a child process of this same binary (runtime/compiler.rs).
     // /proc/self/exe runs this process's own image even if the file was replaced since.
@@ -172,6 +176,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let renewals = Arc::new(Renewals::new());
     let mut options =
         ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
+    options.started = Some(started);
     // Deciding what this node is, forming and joining can wait for peers for as long as
     // they are away: a stop asked meanwhile ends the node cleanly (nothing runs yet), as
     // it would later.

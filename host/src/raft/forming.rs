@@ -340,12 +340,21 @@ pub async fn knows_me(rpc: Arc<crate::rpc::Rpc>, me: Peer, peers: &[(String, Str
             .iter()
             .map(|(peer, _)| (peer.clone(), None))
             .collect();
-        while let Some(answer) = asking.join_next().await {
+        // Judged at each answer, the ones still out counted as silent: one answer that
+        // knows the node, or a majority that does not, decides without waiting for a
+        // peer that is away (its question would time out only after ASK_TIMEOUT).
+        let mut judged = verdict(&name, false, &answers);
+        while !matches!(
+            judged,
+            Verdict::Go | Verdict::Forgot { .. } | Verdict::Rejoin { .. }
+        ) && let Some(answer) = asking.join_next().await
+        {
             if let Ok((i, answer)) = answer {
                 answers[i].1 = answer;
             }
+            judged = verdict(&name, false, &answers);
         }
-        match verdict(&name, false, &answers) {
+        match judged {
             Verdict::Forgot { .. } | Verdict::Disagree { .. } | Verdict::Rejoin { .. } => {
                 return true;
             }

@@ -169,6 +169,11 @@ pub struct ControlOptions {
     /// id of its name and store, never its name's (`types.rs`). Default false: an
     /// initial member, known by its name's id.
     pub new_member: bool,
+    /// When this node's run began, if before [`Control::open`]: it takes no Raft
+    /// message before its Raft starts, so a node that heard no leader since answers the
+    /// time since then (`heard.rs`, *Started*). Taken once the run holds its data dir, so
+    /// no other run of this store can hear anything after it. Default: at open.
+    pub started: Option<std::time::Instant>,
     /// How many voters the leader keeps (1, 3, 5 or 7); `None` (the default): the
     /// largest odd number up to the members that are not gone, at most 5
     /// (`autopilot.rs`).
@@ -222,6 +227,7 @@ impl ControlOptions {
             data_dir: data_dir.into(),
             name: name.into(),
             new_member: false,
+            started: None,
             voters: None,
             replace_voter_after: Duration::from_secs(180),
             heartbeat: Duration::from_millis(50),
@@ -507,6 +513,10 @@ impl Control {
                 "the log was not replayed up to its committed entry in time; going on"
             );
         }
+        let heard = match options.started {
+            Some(started) => heard::Heard::started_at(started),
+            None => heard::Heard::new(),
+        };
         let shared = Arc::new(Shared {
             metrics: raft.metrics(),
             raft,
@@ -521,7 +531,7 @@ impl Control {
             store,
             applied,
             appends: watch::Sender::new(0),
-            heard: heard::Heard::new(),
+            heard,
             refusals: refusals::Refusals::default(),
             rounds: rounds::Rounds::default(),
             initial_peers: std::sync::OnceLock::new(),
