@@ -22,6 +22,9 @@ mod adverts;
 mod backup;
 mod cluster_version;
 mod datadir;
+mod decide;
+#[cfg(test)]
+mod decide_tests;
 mod grants;
 mod handoff;
 mod leader;

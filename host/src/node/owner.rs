@@ -2,15 +2,9 @@
 //! supervisors, and stops them when the state (or the lease) says so.
 //!
 //! Reconciliation runs whenever the local replica applies an entry, the lease deadline
-//! moves, the loaded plugins change, and once a second. For each slot granted to this
-//! node under its current session:
-//! - not running, not releasing, lease valid, plugin version present → start a
-//!   supervisor with the slot's token and term;
-//! - running and marked releasing → stop it with the handover's reason (it cleans up,
-//!   then releases; only then is a successor assigned);
-//! - releasing but nothing runs it → release it (retried at most once a second);
-//! - a supervisor already ended under this token → never restarted under it; the slot is
-//!   released (retried at most once a second) so it is granted again with a new token.
+//! moves, the loaded plugins change, and once a second. Its rules (what starts, stops or
+//! is released) are a pure function in `decide.rs`; this file gathers what they need and
+//! carries their actions out.
 //!
 //! A running supervisor whose slot is no longer this node's (the session expired or was
 //! replaced) is stopped with `lease-lost`. Independently of all that, each supervisor's
@@ -24,8 +18,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::decide::{Action, Files, Key, Runs, View, decide};
 use super::shared::{Shared, now_ms};
-use crate::cluster::{Command, Handover, Slot};
+use crate::cluster::{Command, Slot};
 use crate::events;
 use crate::ownership::{Grant, stop_at};
 use crate::runtime::CleanupReason;
@@ -34,20 +29,17 @@ use crate::supervisor::{self, Deps, Loaded, SlotEnd};
 /// Loaded plugin versions, by (resource, digest).
 pub type Plugins = Arc<BTreeMap<(String, String), Arc<Loaded>>>;
 
-/// How often a release of a releasing slot nothing runs is retried.
-const RELEASE_RETRY: Duration = Duration::from_secs(1);
-
 /// The owner's view of its running slots.
 pub struct Owner {
     shared: Arc<Shared>,
     deps: Deps,
     /// The threads plugin code runs on (see [`PluginThreads`](super::PluginThreads)).
     plugin_threads: tokio::runtime::Handle,
-    running: BTreeMap<(String, u32), Running>,
+    running: BTreeMap<Key, Running>,
     /// The last token of supervisors that ended, per slot.
-    ended: BTreeMap<(String, u32), u64>,
+    ended: BTreeMap<Key, u64>,
     /// When a release was last proposed for a slot nothing runs.
-    releasing: BTreeMap<(String, u32), Instant>,
+    releasing: BTreeMap<Key, Instant>,
     /// Slots whose plugin version is missing here, already reported.
     reported: BTreeSet<(String, u32, u64)>,
     /// The loaded plugins the running instances were last compared with: they are
@@ -113,103 +105,82 @@ impl Owner {
         self.reap().await;
         let me = self.shared.me.clone();
         let session = self.shared.session();
-        let valid = self.shared.lease_valid(Instant::now());
+        let now = Instant::now();
+        let valid = self.shared.lease_valid(now);
         // Without self-demotion (the broken build), a node whose lease lapsed keeps its
         // plugins until the replicated state it sees takes the slots away.
         let lapsed_but_kept = !self.self_demotion && session.is_none();
-        let mine: Vec<(String, u32, Slot)> = self.shared.read(|c| {
+        let mine: Vec<(Key, Slot)> = self.shared.read(|c| {
             c.slots_of(&me)
                 .filter(|(_, _, s)| lapsed_but_kept || Some(s.session) == session)
-                .map(|(r, n, s)| (r.to_owned(), n, s.clone()))
+                .map(|(r, n, s)| ((r.to_owned(), n), s.clone()))
                 .collect()
         });
-        let keys: BTreeSet<(String, u32)> = mine.iter().map(|(r, n, _)| (r.clone(), *n)).collect();
         let republished = !self
             .compared
             .as_ref()
             .is_some_and(|seen| Arc::ptr_eq(seen, plugins));
         self.compared = Some(plugins.clone());
-
-        for (resource, number, slot) in mine {
-            let key = (resource.clone(), number);
-            if let Some(running) = self.running.get(&key) {
-                // The files this grant's digest names now, when they are not the ones
-                // the instance runs: new secret values under the same version, or,
-                // beside 0.2.0 (where a version is named by its wasm alone), another
-                // manifest of the same wasm.
-                let changed = republished
-                    .then(|| plugins.get(&(resource.clone(), slot.digest.clone())))
-                    .flatten()
-                    .and_then(|now| {
-                        let was = &running.loaded.entry;
-                        if now.entry.digest != was.digest {
-                            Some("manifest")
-                        } else if now.entry.secrets != was.secrets {
-                            Some("secrets")
-                        } else {
-                            None
-                        }
-                    });
-                let reason = match (&slot.releasing, changed) {
-                    (Some(releasing), _) => Some(cleanup_reason(releasing.reason)),
-                    (None, Some(_)) => Some(CleanupReason::PluginUpdated),
-                    (None, None) => None,
+        let running: BTreeMap<Key, Runs<Arc<Loaded>>> = self
+            .running
+            .iter()
+            .map(|(key, r)| {
+                let runs = Runs {
+                    loaded: r.loaded.clone(),
+                    stopping: r.stop.borrow().is_some(),
                 };
-                if let Some(reason) = reason
-                    && running
-                        .stop
-                        .send_if_modified(|r| r.is_none() && r.replace(reason).is_none())
-                    && let (None, Some(what)) = (&slot.releasing, changed)
-                {
-                    // The instance stops and cleans up, and the slot is released once it
-                    // has ended (as below), so it is granted again under a new token; its
-                    // next instance reads the files of the node it is granted to. (The
-                    // cluster never sees secret values: `catalog::version_digest`.)
-                    tracing::info!(event = events::PLUGIN_FILES_CHANGED, plugin = %running.loaded.entry.name, resource = %resource, slot = number, token = slot.token, what, "the {what} of {} changed under the same version: its instance stops, and the slot is granted again under a new token", running.loaded.entry.name);
-                }
-                continue;
-            }
-            if slot.releasing.is_some() {
-                self.release_unattended(&key, slot.token);
-                continue;
-            }
-            if self.ended.get(&key) == Some(&slot.token) {
-                // Its supervisor ended but the slot is still granted here: after a
-                // lease lapse the session survived (a renewal was acked in time), or a
-                // release or give-up was lost. Hand it back, so placement grants it
-                // again under a new token.
-                if valid {
-                    self.release_unattended(&key, slot.token);
-                }
-                continue;
-            }
-            if !start || !valid {
-                continue;
-            }
-            match plugins.get(&(resource.clone(), slot.digest.clone())) {
-                Some(loaded) => self.start(loaded.clone(), &key, &slot),
-                None => {
-                    if self.reported.insert((resource.clone(), number, slot.token)) {
-                        tracing::warn!(event = events::RESOURCE_PENDING, resource = %resource, slot = number, token = slot.token, digest = %slot.digest, "granted a plugin version this node does not have loaded; waiting for it or for a handover");
+                (key.clone(), runs)
+            })
+            .collect();
+        let actions = decide(&View {
+            mine: &mine,
+            running: &running,
+            ended: &self.ended,
+            release_proposed: &self.releasing,
+            reported: &self.reported,
+            plugins,
+            republished,
+            start,
+            valid,
+            now,
+        });
+        for action in actions {
+            match action {
+                Action::Start { key, slot, loaded } => self.start(loaded, &key, &slot),
+                Action::Stop {
+                    key,
+                    reason,
+                    changed,
+                } => {
+                    if let Some(running) = self.running.get(&key)
+                        && running
+                            .stop
+                            .send_if_modified(|r| r.is_none() && r.replace(reason).is_none())
+                        && let Some((what, token)) = changed
+                    {
+                        // The instance stops and cleans up, and the slot is released once
+                        // it has ended, so it is granted again under a new token; its next
+                        // instance reads the files of the node it is granted to.
+                        let what = what.as_str();
+                        tracing::info!(event = events::PLUGIN_FILES_CHANGED, plugin = %running.loaded.entry.name, resource = %key.0, slot = key.1, token, what, "the {what} of {} changed under the same version: its instance stops, and the slot is granted again under a new token", running.loaded.entry.name);
                     }
                 }
+                Action::Release { key, token } => self.propose_release(key, token, now),
+                Action::Missing { key, token, digest } => {
+                    tracing::warn!(event = events::RESOURCE_PENDING, resource = %key.0, slot = key.1, token, digest = %digest, "granted a plugin version this node does not have loaded; waiting for it or for a handover");
+                    self.reported.insert((key.0, key.1, token));
+                }
             }
         }
-
-        for (key, running) in &self.running {
-            if !keys.contains(key) {
-                running.stop.send_if_modified(|r| {
-                    r.is_none() && r.replace(CleanupReason::LeaseLost).is_none()
-                });
-            }
-        }
+        // Forget what is no longer granted here.
+        let keys: BTreeSet<&Key> = mine.iter().map(|(key, _)| key).collect();
         self.ended.retain(|key, _| keys.contains(key));
         self.releasing.retain(|key, _| keys.contains(key));
     }
 
     /// Collects supervisors that ended.
     async fn reap(&mut self) {
-        let done: Vec<(String, u32)> = self
+        let done: Vec<Key> = self
             .running
             .iter()
             .filter(|(_, r)| r.task.is_finished())
@@ -224,7 +195,7 @@ impl Owner {
         }
     }
 
-    fn start(&mut self, loaded: Arc<Loaded>, key: &(String, u32), slot: &Slot) {
+    fn start(&mut self, loaded: Arc<Loaded>, key: &Key, slot: &Slot) {
         let grant = Grant {
             resource: key.0.clone(),
             slot: key.1,
@@ -252,19 +223,14 @@ impl Owner {
         );
     }
 
-    /// Releases a slot marked releasing that no supervisor runs here.
-    fn release_unattended(&mut self, key: &(String, u32), token: u64) {
-        if self
-            .releasing
-            .get(key)
-            .is_some_and(|at| at.elapsed() < RELEASE_RETRY)
-        {
-            return;
-        }
-        self.releasing.insert(key.clone(), Instant::now());
+    /// Proposes the release of a slot (granted under `token`) that no supervisor runs
+    /// here, and notes when (`decide.rs` proposes it again after
+    /// [`RELEASE_RETRY`](super::decide::RELEASE_RETRY)).
+    fn propose_release(&mut self, key: Key, token: u64, now: Instant) {
+        self.releasing.insert(key.clone(), now);
         let shared = self.shared.clone();
         let command = Command::Release {
-            resource: key.0.clone(),
+            resource: key.0,
             slot: key.1,
             token,
             at_ms: now_ms(),
@@ -274,17 +240,6 @@ impl Owner {
                 tracing::debug!(event = events::CONTROL_ERROR, %error, "cannot release a slot yet");
             }
         });
-    }
-}
-
-/// The cleanup reason a plugin is told for a handover.
-pub fn cleanup_reason(handover: Handover) -> CleanupReason {
-    match handover {
-        Handover::Moved | Handover::Drained | Handover::Rebalanced => CleanupReason::Moved,
-        Handover::PluginUpdated => CleanupReason::PluginUpdated,
-        Handover::PluginRemoved => CleanupReason::PluginRemoved,
-        Handover::Released => CleanupReason::Released,
-        Handover::Shutdown => CleanupReason::Shutdown,
     }
 }
 
@@ -320,5 +275,16 @@ async fn stop_signal(
                 return CleanupReason::LeaseLost;
             },
         }
+    }
+}
+
+/// A loaded version's files, as `decide.rs` compares them.
+impl Files for Arc<Loaded> {
+    fn digest(&self) -> &str {
+        &self.entry.digest
+    }
+
+    fn same_secrets(&self, other: &Self) -> bool {
+        self.entry.secrets == other.entry.secrets
     }
 }

@@ -23,9 +23,10 @@
 //!   every message of a dropped (lower) term before the one it kept, and records it
 //!   after Raft took it.
 //! - *Started*: no record of a term below t, and none of such a term dropped. Then this node
-//!   has heard no leader of a term below t since this record keeper was made, which is
-//!   before the node could take any Raft message: everything it heard before, it heard in
-//!   an earlier run, which ended before this one started. So "nothing since I started, e
+//!   has heard no leader of a term below t since its run began (`ControlOptions::started`:
+//!   once the run held its data dir, before it could take any Raft message; by default
+//!   when this record keeper was made): everything it heard before, it heard in an
+//!   earlier run, which ended before this one started. So "nothing since I started, e
 //!   ago" bounds the past as well as a record would: a voter of the old leader's last
 //!   quorum that answers so heard that leader before it started, and the answer's time is
 //!   no earlier than the hearing. Two conditions make it hold: (a) no record of a term
