@@ -1,7 +1,7 @@
 //! The cluster as a whole, seen from outside: several real `tenure run` processes on
 //! loopback, with their own certificates, form one cluster; the tests place resources,
 //! kill, stop and restart nodes, upgrade a plugin node by node, run operator commands and
-//! add a node, and read the merged event log to check DESIGN.md §4's promises:
+//! add a node, and read the merged event log to check docs/design.md §5's promises:
 //! - a resource with `tickets = N` runs on N distinct nodes, a slot on one node at a
 //!   time, with fencing tokens that grow per slot ([`assert_safe`], in every test);
 //! - a killed owner's slot moves only once its lease has run out, a stopped owner's

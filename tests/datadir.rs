@@ -47,7 +47,7 @@ fn event_named<'a>(events: &'a [Value], name: &str) -> Option<&'a Value> {
 const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
 
 #[test]
-fn the_data_dir_and_everything_the_node_makes_there_are_owner_only() {
+fn the_data_dir_and_everything_the_node_makes_there_are_private_files() {
     let mut node = Node::new("modes");
     // As an older build (or `mkdir` under the usual umask) left it.
     set_mode(&node.data_dir(), 0o755);

@@ -1,6 +1,6 @@
 //! Plugins acting on the world, seen from outside: the real `tenure` binary runs the
 //! `webhook` example against a real HTTP server in this process ([`Recorder`]), and each
-//! test checks one promise of a manifest's `[capabilities]` (DESIGN.md, "Plugins folder"
+//! test checks one promise of a manifest's `[capabilities]` (docs/design.md §3, "Plugins folder"
 //! and "WIT world"): an allowed host receives requests stamped with the lease's fencing
 //! token; a host not listed receives nothing and the plugin sees the refusal; a secret
 //! reaches the plugin's environment and no log line; a missing secret file is reported
@@ -781,10 +781,10 @@ mod tcp {
     use std::time::{Duration, Instant};
 
     use tenure::catalog::{Manifest, Secrets};
+    use tenure::future::BoxFuture;
     use tenure::ownership::Grant;
     use tenure::runtime::{
-        BoxFuture, Failure, Granted, Instance, InstanceContext, NodeLease, Runtime, StateBackend,
-        StateError,
+        Failure, Granted, Instance, InstanceContext, NodeLease, Runtime, StateBackend, StateError,
     };
 
     use super::support::plugins;

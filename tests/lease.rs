@@ -1,4 +1,4 @@
-//! The lease holds inside the engine (DESIGN.md §4): a successor never runs before the
+//! The lease holds inside the engine (docs/design.md §5): a successor never runs before the
 //! predecessor's plugin can no longer execute. Real nodes on loopback, the `misbehave`
 //! fixture as `busy` (it spins and ignores stop requests, so only the engine can stop it):
 //! - a frozen-then-resumed owner's plugin is stopped by the engine at its deadline, and
@@ -347,10 +347,9 @@ mod supervisor {
     use std::time::{Duration, Instant};
 
     use tenure::catalog::{Entry, Manifest, Secrets};
+    use tenure::future::BoxFuture;
     use tenure::ownership::Grant;
-    use tenure::runtime::{
-        BoxFuture, CleanupReason, Granted, NodeLease, Runtime, StateBackend, StateError,
-    };
+    use tenure::runtime::{CleanupReason, Granted, NodeLease, Runtime, StateBackend, StateError};
     use tenure::supervisor::{self, Deps, Grants, LiveStarts, Loaded, SlotEnd};
 
     use super::support::plugins;
@@ -509,10 +508,9 @@ mod async_guest {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use tenure::future::BoxFuture;
     use tenure::ownership::Grant;
-    use tenure::runtime::{
-        BoxFuture, Failure, InstanceContext, NodeLease, Runtime, StateBackend, StateError,
-    };
+    use tenure::runtime::{Failure, InstanceContext, NodeLease, Runtime, StateBackend, StateError};
 
     use super::support::plugins;
 

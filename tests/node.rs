@@ -215,7 +215,7 @@ fn clean_shutdown_cleans_up_every_plugin_before_the_node_stops() {
         }
         let event: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("a stdout line is not JSON ({e}): {line}"));
-        // Every line Tenure writes names its event (DESIGN.md, "Event log").
+        // Every line Tenure writes names its event (docs/design.md §3, "Event log").
         for key in ["timestamp", "level", "event", "message"] {
             assert!(event[key].is_string(), "no string `{key}`: {line}");
         }

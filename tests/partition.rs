@@ -1,6 +1,6 @@
 //! A real network partition: three nodes, each in its own network namespace on a bridge
 //! (see `support/netns.rs`), and the owner of a resource cut off by taking its link down.
-//! The promise under test (DESIGN.md §4, "Sessions and leases"): the cut-off owner stops
+//! The promise under test (docs/design.md §5.4, "Sessions and leases"): the cut-off owner stops
 //! its plugin by its own lease deadline, before the majority side can start a successor;
 //! once the link is back the cluster is whole again, and fencing tokens only grew.
 //!

@@ -235,14 +235,14 @@ impl tenure::runtime::StateBackend for NoState {
     fn load(
         &self,
         _: &tenure::ownership::Grant,
-    ) -> tenure::runtime::BoxFuture<Result<Option<Vec<u8>>, tenure::runtime::StateError>> {
+    ) -> tenure::future::BoxFuture<Result<Option<Vec<u8>>, tenure::runtime::StateError>> {
         Box::pin(async { Ok(None) })
     }
     fn save(
         &self,
         _: &tenure::ownership::Grant,
         _: Vec<u8>,
-    ) -> tenure::runtime::BoxFuture<Result<(), tenure::runtime::StateError>> {
+    ) -> tenure::future::BoxFuture<Result<(), tenure::runtime::StateError>> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -340,7 +340,7 @@ fn a_rolling_upgrade_uses_a_new_command_only_once_every_member_speaks_it() {
         c.wait_event(i, "the probe waiting for the next version", 0, |e| {
             is("version.probe").with("phase", "waiting").matches(e)
         });
-        // One node at a time, each back with a session before the next (README).
+        // One node at a time, each back with a session before the next (docs/operating.md, "Upgrading").
         c.wait_event(i, "a session of the new run", 0, is("session.opened").f());
     }
     // The leader's decision: a next-build leader says it waits for n3; a leader on this

@@ -54,8 +54,9 @@ use plugins::{
     run_until_stopped, target_dir,
 };
 use std::path::PathBuf;
+use tenure::future::BoxFuture;
 use tenure::ownership::Grant;
-use tenure::runtime::{BoxFuture, Codegen, Runtime, StateBackend, StateError};
+use tenure::runtime::{Codegen, Runtime, StateBackend, StateError};
 use wasmtime::component::Component;
 use wasmtime::{CacheStore, Config, Engine, OptLevel};
 

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, ensure};
 use tempfile::TempDir;
 use tenure::envelope::{Gate, Sealer};
+use tenure::future::BoxFuture;
 use tenure::pki::{self, Algo, IfExists, Signer, Subject, Verifier};
-use tenure::runtime::BoxFuture;
 use tenure::transport::{Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig};
 
 const ALGOS: [Algo; 2] = [Algo::Ed25519, Algo::P256];

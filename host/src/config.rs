@@ -110,7 +110,7 @@ pub const DEFAULT_REPLACE_VOTER_AFTER: Duration = Duration::from_secs(180);
 /// compiler process's memory.
 pub const DEFAULT_INCREMENTAL_CACHE_MIB: u64 = 256;
 
-/// The default listen address of a node with peers (DESIGN.md §2).
+/// The default listen address of a node with peers (docs/design.md §3).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7400";
 /// The default listen address of a node alone: loopback only.
 pub const SINGLE_NODE_LISTEN: &str = "127.0.0.1:7400";

@@ -3,7 +3,7 @@
 //! With `--log-format json` every log line is one JSON object, and every line Tenure
 //! writes carries `event` with one of these names (a line from a library Tenure uses,
 //! such as a wasmtime warning, may lack it). Keep them stable: they are a public contract
-//! (DESIGN.md, "Event log").
+//! (docs/design.md §3, "Event log").
 
 pub const NODE_STARTED: &str = "node.started";
 pub const NODE_READY: &str = "node.ready";

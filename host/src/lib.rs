@@ -17,15 +17,16 @@ pub mod config;
 pub mod envelope;
 pub mod events;
 pub mod failures;
+pub mod future;
 #[cfg(test)]
 mod golden;
 pub mod metrics;
 pub mod node;
-pub mod owner_only;
 pub mod ownership;
 pub mod pki;
 pub mod placement;
 pub mod priority;
+pub mod private_files;
 pub mod raft;
 mod ratelimit;
 pub mod rpc;

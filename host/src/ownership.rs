@@ -3,7 +3,7 @@
 //! A [`Grant`] is one slot of one resource, granted to this node with a fencing token
 //! (the Raft log index of the granting entry) in a Raft term.
 //!
-//! A [`Lease`] is the node's local view of its session (DESIGN.md, "Sessions and leases"):
+//! A [`Lease`] is the node's local view of its session (docs/design.md §5.4, "Sessions and leases"):
 //! with T the TTL and m = T/20 the clock-rate margin, the deadline is
 //! `D = send time of the last acknowledged renewal + T − m` on the monotonic clock. The
 //! leader acknowledges a renewal only after a quorum round that began after it arrived,

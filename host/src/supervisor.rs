@@ -41,10 +41,10 @@ use crate::catalog::Entry;
 use crate::catalog::manifest::StateScope;
 use crate::events;
 use crate::failures::{Failures, LastFailure};
+use crate::future::BoxFuture;
 use crate::ownership::Grant;
 use crate::runtime::{
-    BoxFuture, CleanupReason, Failure, Instance, InstanceContext, NodeLease, Plugin, Signals,
-    StateBackend,
+    CleanupReason, Failure, Instance, InstanceContext, NodeLease, Plugin, Signals, StateBackend,
 };
 
 /// After an interrupt, how long to wait for the call to unwind before abandoning it.

@@ -19,7 +19,7 @@
 //! is used only once the cluster's version reaches it; a node that speaks less than the
 //! cluster's version is refused at join and at every message, and a data dir whose
 //! cluster runs a newer version than this build speaks is refused at start
-//! (`raft/format.rs`). The README's "Upgrading" gives the policy.
+//! (`raft/format.rs`). docs/operating.md, "Upgrading", gives the policy.
 
 use std::ops::RangeInclusive;
 use std::sync::OnceLock;
@@ -122,11 +122,11 @@ pub fn check_negotiated(version: u32) -> Result<(), String> {
     let speaks = describe_window(&ours);
     if version <= 5 {
         return Err(format!(
-            "the peer speaks the node protocol tenure/{version} at most, a build before 0.2.0 (which spoke one version each); this node speaks {speaks}: the two cannot run side by side, so stop every node to upgrade from that version (README, \"Upgrading\")"
+            "the peer speaks the node protocol tenure/{version} at most, a build before 0.2.0 (which spoke one version each); this node speaks {speaks}: the two cannot run side by side, so stop every node to upgrade from that version (docs/operating.md, \"Upgrading\")"
         ));
     }
     Err(format!(
-        "the peer speaks the node protocol tenure/{version} at most; this node speaks {speaks}: upgrade the peer to a build that speaks tenure/{oldest} or newer (README, \"Upgrading\")",
+        "the peer speaks the node protocol tenure/{version} at most; this node speaks {speaks}: upgrade the peer to a build that speaks tenure/{oldest} or newer (docs/operating.md, \"Upgrading\")",
         oldest = ours.start()
     ))
 }

@@ -3,7 +3,7 @@
 //! violation it finds instead of panicking on the first, so that a run reports all of
 //! them, each with the seed, the offending runs and the faults around them.
 //!
-//! The properties (README "What ownership guarantees", DESIGN.md §4):
+//! The properties (README "What ownership guarantees", docs/design.md §5):
 //! 1. `overlap`: at no instant do more than `tickets` runs of a resource overlap (a run is
 //!    `plugin.started` .. `plugin.stopped`, or .. the node's death).
 //! 2. `token`: per slot, in start order, every `plugin.started` has a token greater than
@@ -24,7 +24,7 @@
 //!
 //! Pauses: a process frozen with SIGSTOP writes nothing, so its `plugin.stopped` is logged
 //! only after SIGCONT, although the plugin could not run while frozen and every host call
-//! with an effect checks the local lease first (DESIGN.md §2 invariant 3). A run that was
+//! with an effect checks the local lease first (docs/design.md, invariant 2). A run that was
 //! frozen by a scheduled pause counts as ended at the SIGSTOP when, after the SIGCONT, it
 //! wrote nothing (no `plugin.log` of its token before its stop) and logged its stop
 //! within [`PAUSE_STOP_BOUND_US`]. A run that wrote anything after the SIGCONT ran on

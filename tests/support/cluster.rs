@@ -16,7 +16,7 @@
 //!   `plugin.started` not followed by a `plugin.stopped` of the same token.
 //! - [`Cluster::wait`] polls a condition on the cluster with a bound, and fails at once,
 //!   with every node's last output, when a node that should run has exited.
-//! - [`assert_safe`] checks a merged log against the promises of DESIGN.md §4: no more
+//! - [`assert_safe`] checks a merged log against the promises of docs/design.md §5: no more
 //!   than `tickets` nodes run a resource at once, a slot runs on one node at a time, a
 //!   node runs one slot of a resource, and fencing tokens grow per slot.
 //!

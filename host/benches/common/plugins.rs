@@ -16,10 +16,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use tenure::future::BoxFuture;
 use tenure::ownership::Grant;
-use tenure::runtime::{
-    BoxFuture, Failure, InstanceContext, NodeLease, Plugin, StateBackend, StateError,
-};
+use tenure::runtime::{Failure, InstanceContext, NodeLease, Plugin, StateBackend, StateError};
 
 /// RSS is taken once two readings this far apart differ by at most [`RSS_STABLE`].
 const RSS_SAMPLE: Duration = Duration::from_millis(100);

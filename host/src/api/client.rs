@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{AdminRequest, AdminResponse, Status, StatusQuery, decode_response, encode, merge};
+use crate::future::BoxFuture;
 use crate::rpc::{NODE_CERT_REFUSAL, operator_request};
-use crate::runtime::BoxFuture;
 use crate::terminal::escape;
 use crate::transport::{
     Handler, Local, PeerInfo, TlsFiles, Transport, TransportConfig, TransportError,

@@ -62,8 +62,8 @@ pub use watch::{
     Batch, Event, HOLD, Resume, Since, Taken, WatchAnswer, WatchEvent, last_change, listing, since,
 };
 
+use crate::future::BoxFuture;
 use crate::rpc::OperatorService;
-use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
 
 /// What an operator asks a node.

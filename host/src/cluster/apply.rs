@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use super::MAX_STATE_BYTES;
 use super::state::*;
-use crate::runtime::MAX_STATE_BYTES;
 
 impl Cluster {
     /// Applies a log entry's `proposal`, committed at log `index` in Raft `term`: its

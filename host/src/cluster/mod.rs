@@ -1,6 +1,6 @@
 //! The replicated cluster state and the commands that change it.
 //!
-//! This is the data model of the control plane (DESIGN.md §4, "Control plane"): members
+//! This is the data model of the control plane (docs/design.md §5.3, "Control plane"): members
 //! and their sessions, resources and their slots, fenced plugin state, revoked
 //! certificates and a bounded history of ownership changes. Raft (`crate::raft`) orders
 //! [`Command`]s into a log; every node applies the same commands in the same order to its
@@ -33,5 +33,10 @@ mod state;
 pub use authorize::authorize;
 pub use identity::{ClusterCell, ClusterId, Process, StoreId};
 pub use once::MAX_ANSWERS;
+
+/// The largest state blob a plugin may save: the replicated state holds every resource's
+/// blob, so `apply` refuses a larger one whoever proposes it, and the runtime refuses it
+/// before it is proposed.
+pub const MAX_STATE_BYTES: usize = 64 * 1024;
 pub use pool::{Dimension, Pool, thousands};
 pub use state::*;

@@ -1,7 +1,7 @@
 //! Opening a member's session: which process may, and what happens to the one before.
 //!
 //! A session is what a node's slots are bound to; while it lives, the node's plugins may
-//! run, up to the node's own lease deadline (DESIGN.md, "Sessions and leases"). So a new
+//! run, up to the node's own lease deadline (docs/design.md §5.4, "Sessions and leases"). So a new
 //! session must never vacate an old one whose process may still be running plugins.
 //! [`Command::OpenSessionOf`] names the process that asks (its store, and its run: the
 //! incarnation) and the session that process held before and knows is over. The rules,

@@ -2,7 +2,7 @@
 //! meant for that node, fresh, and not a replay.
 //!
 //! Every protocol message between nodes, Raft's votes and appends included, travels in an
-//! [`Envelope`] (DESIGN.md §4 "Transport and envelopes"). TLS already authenticates the
+//! [`Envelope`] (docs/design.md §5.2, "Transport and envelopes"). TLS already authenticates the
 //! connection; the envelope adds what TLS cannot: a signature that stays attached to the
 //! message (so the receiver can check that the node named as sender is the node the bytes
 //! came from), the recipient's name (so a message for one node cannot be replayed to

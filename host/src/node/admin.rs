@@ -15,10 +15,10 @@ use crate::api::{
 };
 use crate::cluster::{Cluster, Command, Response};
 use crate::events;
+use crate::future::BoxFuture;
 use crate::pki::Identity;
 use crate::placement;
 use crate::raft::ProposeError;
-use crate::runtime::BoxFuture;
 
 #[derive(Clone)]
 struct NodeAdmin {

@@ -1,7 +1,7 @@
 //! The data dir made owner-only, and a warning for configured key files others can read.
 //!
 //! A new data dir is made 0700 (and everything the node writes there 0600: see
-//! [`crate::owner_only`]). An existing data dir that gives group or others access (made by
+//! [`crate::private_files`]). An existing data dir that gives group or others access (made by
 //! an older build under the umask, or by hand) is narrowed to 0700 when it is evidently
 //! the node's own: owned by this user, not sticky, and either empty or holding the node's
 //! lock file or Raft store. Everything in it is a secret or code the node runs, and an
@@ -20,14 +20,16 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::events;
-use crate::owner_only::{self, GROUP_OR_OTHER};
+use crate::private_files::{self, GROUP_OR_OTHER};
 
 /// Makes `data_dir` (0700) or narrows an existing one that is the node's own; see the
 /// module documentation. Call only once the node is sure to start.
 pub(super) fn prepare(data_dir: &Path) -> io::Result<()> {
     let meta = match fs::metadata(data_dir) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return owner_only::create_dir(data_dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return private_files::create_dir(data_dir);
+        }
         Err(e) => return Err(e),
     };
     let mode = meta.permissions().mode() & 0o7777;
@@ -47,7 +49,7 @@ pub(super) fn prepare(data_dir: &Path) -> io::Result<()> {
     let shown = format!("{mode:04o}");
     match why_not {
         None => {
-            owner_only::tighten(data_dir, owner_only::DIR_MODE)?;
+            private_files::tighten(data_dir, private_files::DIR_MODE)?;
             tracing::warn!(
                 event = events::DATA_DIR_MODE,
                 path = %path,

@@ -2,7 +2,7 @@
 //! commands, and the `state` import as fenced `SaveState` commands.
 //!
 //! A state save is lease-checked by the instance before it gets here
-//! (`InstanceContext::may_act`, DESIGN.md invariant 3), and a restart checks the lease
+//! (`InstanceContext::may_act`, docs/design.md, invariant 2), and a restart checks the lease
 //! itself: after the deadline a paused or partitioned owner can no longer save state or
 //! restart, whatever its plugin does. The token check in `Cluster::apply` then fences
 //! anything that slips past the lease check (a save proposed just before the deadline
@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use super::shared::Shared;
 use crate::cluster::{Command, Response};
 use crate::events;
+use crate::future::BoxFuture;
 use crate::ownership::Grant;
-use crate::runtime::{BoxFuture, CleanupReason, StateBackend, StateError};
+use crate::runtime::{CleanupReason, StateBackend, StateError};
 use crate::supervisor::Grants;
 
 /// How long a node that gave a slot up is skipped for that resource.

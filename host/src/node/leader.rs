@@ -3,8 +3,11 @@
 //!
 //! Renewal receive times live only in the leader's memory ([`Liveness`]); they are not
 //! replicated. A session expires at `receive time of its last renewal + T`; a new leader
-//! (a new term) first gives every session a full T from the moment it sees it, because it
-//! cannot know when the previous leader last heard from anyone. Expiry is a committed
+//! (a new term) cannot know when the previous leader last heard from anyone, so it starts
+//! every session's clock at the base its lease handoff found (`handoff.rs`: what a
+//! majority of voters last heard of a leader, and from cluster version 7 each session's
+//! own last renewal as the renewal rounds told them), never later than its election plus
+//! T. Expiry is a committed
 //! command, `EndSession { expired_in: Some(term) }`, and only its application vacates the
 //! slots, so reassignment always comes after it, with new tokens. It carries the term
 //! whose renewal times it rests on and is refused from an entry of any other term: a

@@ -11,7 +11,7 @@
 //! - `admin.rs`: operator requests; `revocations.rs`: what `revoke` does to a node;
 //!   `backup.rs`: `snapshot save` pages; `recovery.rs`: `recover` and `snapshot restore`.
 //!
-//! Shutdown is ordered (DESIGN.md invariant 4): stop taking folder changes → withdraw the
+//! Shutdown is ordered (docs/design.md, invariant 5): stop taking folder changes → withdraw the
 //! adverts and hand every slot over (`releasing: shutdown`) in one command → each plugin
 //! stops, runs `cleanup(shutdown)` and releases → end the session → stop the control
 //! plane → close the endpoint. If the cluster cannot commit the handover (no quorum), the
@@ -630,7 +630,7 @@ fn tls_files(config: &Config) -> Result<TlsFiles, NodeError> {
 /// connection for the whole idle timeout).
 fn reset_key(data_dir: &Path) -> Result<ResetKey, NodeError> {
     let path = data_dir.join("reset.key");
-    crate::owner_only::secret(&path)
+    crate::private_files::secret(&path)
         .map(ResetKey)
         .map_err(|why| NodeError::ResetKey { path, why })
 }
@@ -651,6 +651,6 @@ fn next_incarnation(data_dir: &Path) -> Result<u64, NodeError> {
     // Never below the wall clock in microseconds: a lost file cannot bring an old
     // incarnation back.
     let next = (last + 1).max(now_ms() * 1000);
-    crate::owner_only::write_atomic(&path, next.to_string().as_bytes()).map_err(error)?;
+    crate::private_files::write_atomic(&path, next.to_string().as_bytes()).map_err(error)?;
     Ok(next)
 }

@@ -18,9 +18,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::future::BoxFuture;
 use crate::raft::Peer;
 use crate::rpc::{Rpc, Service};
-use crate::runtime::BoxFuture;
 use crate::transport::{PeerInfo, TlsFiles, TransportConfig};
 
 use super::NodeError;

@@ -191,7 +191,7 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File, Refused> {
         path: path.clone(),
         source,
     };
-    let file = crate::owner_only::options()
+    let file = crate::private_files::options()
         .create(true)
         .truncate(false)
         .write(true)

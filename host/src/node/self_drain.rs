@@ -62,16 +62,15 @@ pub(super) async fn drain(shared: &Shared, marker: &Path) -> Result<AdminRespons
     };
     let whose = if !draining {
         set_draining(shared, true).await?;
-        crate::owner_only::write_atomic(marker, b"drained itself; undrains once ready\n").map_err(
-            |e| {
+        crate::private_files::write_atomic(marker, b"drained itself; undrains once ready\n")
+            .map_err(|e| {
                 format!(
                     "{me} is draining, but it could not note that the drain is its own ({}: \
                      {e}), so it will not undrain itself: run `tenure undrain {me}` once it is \
                      back",
                     marker.display()
                 )
-            },
-        )?;
+            })?;
         tracing::info!(
             event = events::NODE_DRAINED_ITSELF,
             node = %me,

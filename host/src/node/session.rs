@@ -1,5 +1,5 @@
 //! The node's session: open it, renew it every T/4 with the leader, and keep the lease
-//! deadline (DESIGN.md, "Sessions and leases").
+//! deadline (docs/design.md §5.4, "Sessions and leases").
 //!
 //! - A renewal is sent to the current leader with the session id every T/4, whether or
 //!   not the previous one was answered, and at once when a new leader is known; the send
@@ -296,7 +296,7 @@ impl crate::rpc::Service for Renewals {
         from: &crate::transport::PeerInfo,
         kind: u16,
         payload: Vec<u8>,
-    ) -> crate::runtime::BoxFuture<Result<Vec<u8>, String>> {
+    ) -> crate::future::BoxFuture<Result<Vec<u8>, String>> {
         let node = self.node.get().cloned();
         let caller = from.identity.name.clone();
         Box::pin(async move {

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use crate::cluster::{Cluster, Command, Process, Response};
 use crate::failures::Failures;
 use crate::ownership::{Lease, LeaseTiming};
-use crate::raft::Control;
+use crate::raft::{Control, ProposeError};
 use crate::rpc::Rpc;
 use crate::runtime::NodeLease;
 use crate::supervisor::LiveStarts;
@@ -109,20 +109,18 @@ impl Shared {
             .map_err(|e| e.to_string())
     }
 
-    /// Proposes a command through the leader and waits until it is applied here.
-    pub async fn propose(&self, command: Command) -> Result<Response, String> {
-        self.control
-            .propose(command)
-            .await
-            .map_err(|e| e.to_string())
+    /// Proposes a command through the leader and waits until it is applied here. The
+    /// error says whether the command may have been applied and whether to try again.
+    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        self.control.propose(command).await
     }
 
     /// Proposes several commands as one log entry; one answer per command, in order.
-    pub async fn propose_batch(&self, commands: Vec<Command>) -> Result<Vec<Response>, String> {
-        self.control
-            .propose_batch(commands)
-            .await
-            .map_err(|e| e.to_string())
+    pub async fn propose_batch(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<Vec<Response>, ProposeError> {
+        self.control.propose_batch(commands).await
     }
 
     /// Reads the local replica of the cluster state.

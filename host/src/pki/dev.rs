@@ -154,7 +154,7 @@ pub fn ensure_dev_certs(dir: &Path, node: &str) -> Result<DevCerts, PkiError> {
     // They live in the node's data dir, where every file is owner-only: the certificates
     // (public, 0644 elsewhere) too. The folder is 0700, so nobody else saw them meanwhile.
     for cert in [&ca, &node_files.cert, &operator_files.cert] {
-        crate::owner_only::tighten(cert, crate::owner_only::FILE_MODE).map_err(|source| {
+        crate::private_files::tighten(cert, crate::private_files::FILE_MODE).map_err(|source| {
             PkiError::Io {
                 op: "setting permissions of",
                 path: cert.clone(),

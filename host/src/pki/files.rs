@@ -1,6 +1,6 @@
 //! Reading PEM files and writing certificate files atomically.
 //!
-//! A running node watches its certificate and key files and reloads them (DESIGN.md §4), so
+//! A running node watches its certificate and key files and reloads them (docs/design.md §5), so
 //! a reader must never see a half-written file. Every file is therefore written to a
 //! temporary file in the destination's directory (same file system, so rename is atomic),
 //! flushed to disk, and renamed over the destination; the directory is then fsynced so the

@@ -2,7 +2,7 @@
 //!
 //! A Tenure cluster trusts one (or, during a CA rotation, several) cluster CAs. The CA signs
 //! two kinds of leaf certificates, and the name a leaf speaks for lives in its
-//! subjectAltName (DESIGN.md §4 "Identity"):
+//! subjectAltName (docs/design.md §5.1, "Identity"):
 //!
 //! | kind | SAN | extended key usage |
 //! |---|---|---|
@@ -29,7 +29,7 @@
 //! - **Chain validation.** rustls/webpki validates the peer's chain against the CA bundle in
 //!   the handshake; repeating it here would be a second, weaker implementation. Functions here
 //!   trust that the certificate they are given has already been validated (or is our own).
-//! - **Revocation.** Revoked fingerprints live in the replicated state (DESIGN.md §4); this
+//! - **Revocation.** Revoked fingerprints live in the replicated state (docs/design.md §5); this
 //!   module only computes the [`fingerprint`] they are keyed by.
 //! - **Watching files.** A watcher reloads with [`load_identity`]; see [`rotate`] for the
 //!   window in which it may see a new key next to the old certificate, and

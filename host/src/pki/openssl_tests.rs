@@ -1,4 +1,4 @@
-//! Interoperability with the openssl command line (DESIGN.md §2: certificates made by other
+//! Interoperability with the openssl command line (docs/design.md §3: certificates made by other
 //! standard tools must work). Certificates and keys made by `openssl` load, carry the right
 //! identity and sign; certificates we make verify with `openssl verify`; signatures cross
 //! over in both directions. These tests need `/usr/bin/openssl` (OpenSSL 3) and fail, not

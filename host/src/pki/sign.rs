@@ -1,6 +1,6 @@
 //! Signing and verifying protocol messages with the keys of the TLS identities.
 //!
-//! Every envelope is signed by its sender's certificate key (DESIGN.md §4 "Transport and
+//! Every envelope is signed by its sender's certificate key (docs/design.md §5.2, "Transport and
 //! envelopes"), so that a message relayed or replayed by anyone else is caught by the
 //! receiver. Both algorithms go through ring:
 //!

@@ -1,4 +1,4 @@
-//! Placement: the leader's plan for who owns which slot (DESIGN.md §4, "Placement").
+//! Placement: the leader's plan for who owns which slot (docs/design.md §5.8, "Placement").
 //!
 //! [`plan`] reads the replicated [`Cluster`] and the leader's wall clock (`now_ms`, an
 //! argument: this module reads no clock and does no I/O) and returns the [`Command`]s
@@ -12,8 +12,9 @@
 //!
 //! **Which version runs.** Among the adverts of live nodes (members with a session,
 //! draining ones included) the *winner* of a resource is the highest semver version,
-//! then the greatest digest, so that two builds of one version still have exactly one
-//! winner ([`winning`]). Its `tickets` and `require` are the resource's spec. (Two nodes
+//! then, among builds of one version, the one installed last, then the greatest digest,
+//! so that two builds of one version still have exactly one winner ([`winning`],
+//! `winner.rs`). Its `tickets` and `require` are the resource's spec. (Two nodes
 //! with the same wasm but different manifests are ordered by tickets, then require,
 //! then node name: arbitrary but deterministic.)
 //!

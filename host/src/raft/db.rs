@@ -64,11 +64,11 @@ pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
             .await
             .map_err(|e| failed(format!("the format check failed: {e}")))??
     };
-    crate::owner_only::create_dir(dir)
+    crate::private_files::create_dir(dir)
         .map_err(|e| failed(format!("cannot create the directory: {e}")))?;
     // Made empty and owner-only here, so that redb (which creates files under the umask)
     // initializes it in place with that mode; an existing store is opened as it is.
-    crate::owner_only::options()
+    crate::private_files::options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -108,7 +108,7 @@ pub(crate) async fn open(dir: &Path) -> Result<Arc<Database>, ControlError> {
             from,
             to = format::STORE_FORMAT,
             backup = %backup.display(),
-            "migrated the Raft store {} from format {from} to format {}; the store as it was is kept at {} for a disaster only (putting it back rolls this voter's log and votes back; see the README's \"Upgrading\"); delete it once this build runs well",
+            "migrated the Raft store {} from format {from} to format {}; the store as it was is kept at {} for a disaster only (putting it back rolls this voter's log and votes back; see docs/operating.md's \"Upgrading\"); delete it once this build runs well",
             path.display(),
             format::STORE_FORMAT,
             backup.display(),

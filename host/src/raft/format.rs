@@ -34,8 +34,8 @@
 //! What this module deliberately does not do: version the node's other files (the compile
 //! cache is keyed by the engine and re-made at will; the incarnation and reset-key files
 //! are plain values), or convert a store to an older format: putting back the copy set aside
-//! would roll a voter's log and votes back, so it is for a disaster only (README,
-//! "Upgrading").
+//! would roll a voter's log and votes back, so it is for a disaster only
+//! (docs/operating.md, "Upgrading").
 
 use std::fs;
 use std::io::{self, Write};
@@ -145,7 +145,7 @@ impl Found {
 pub enum FormatError {
     /// The store was written by a newer build.
     #[error(
-        "the Raft store {} is in format {found} (written by {writer}), newer than this build ({this}) can read (formats {oldest} to {newest}); nothing was changed: run that build (or a newer one) on this data dir; a store is never taken back to an older format (the README's \"Upgrading\" says why)",
+        "the Raft store {} is in format {found} (written by {writer}), newer than this build ({this}) can read (formats {oldest} to {newest}); nothing was changed: run that build (or a newer one) on this data dir; a store is never taken back to an older format (docs/operating.md's \"Upgrading\" says why)",
         path.display(), this = self::writer(), oldest = FORMATS[0].0, newest = STORE_FORMAT
     )]
     Newer {
@@ -158,7 +158,7 @@ pub enum FormatError {
     Damaged { path: PathBuf, why: String },
     /// The replica's cluster runs a newer protocol version than this build speaks.
     #[error(
-        "the Raft store {} belongs to a cluster that runs at version {cluster_version} (tenure/{cluster_version}, raised once every member spoke it, and never lowered); this build ({this}) speaks {speaks}; nothing was changed: run a build that speaks tenure/{cluster_version} on this node (README, \"Upgrading\": downgrades are not supported once the cluster's version was raised)",
+        "the Raft store {} belongs to a cluster that runs at version {cluster_version} (tenure/{cluster_version}, raised once every member spoke it, and never lowered); this build ({this}) speaks {speaks}; nothing was changed: run a build that speaks tenure/{cluster_version} on this node (docs/operating.md, \"Upgrading\": downgrades are not supported once the cluster's version was raised)",
         path.display(), this = self::writer(), speaks = crate::version::describe_window(&crate::version::protocols())
     )]
     ClusterNewer { path: PathBuf, cluster_version: u32 },
@@ -490,7 +490,7 @@ fn set_aside(dir: &Path, from: u32) -> io::Result<PathBuf> {
     let partial = dir.join(format!("{FILE}.format-{from}.partial"));
     {
         let mut input = fs::File::open(&source)?;
-        let mut output = crate::owner_only::options()
+        let mut output = crate::private_files::options()
             .create(true)
             .truncate(true)
             .write(true)
@@ -517,7 +517,7 @@ impl ScratchCopy {
             std::process::id()
         ));
         let mut input = fs::File::open(path)?;
-        let mut output = crate::owner_only::options()
+        let mut output = crate::private_files::options()
             .create_new(true)
             .write(true)
             .open(&copy)?;

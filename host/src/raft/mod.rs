@@ -30,14 +30,16 @@
 //! reached by a leader before forming it, `rejoin.rs`); a node added later calls
 //! [`Control::join`], which asks members in turn until the leader adds it as a learner.
 //! The leader promotes caught-up learners to voters while there are fewer than
-//! `voters` (default 3, at most 7). A single node is a one-voter cluster: the same path.
+//! `voters` (default: the largest odd number up to the member count, at most 5; 1, 3, 5
+//! or 7), and replaces or sheds voters that stay unreachable (`autopilot.rs`). A single
+//! node is a one-voter cluster: the same path.
 //! [`Control::shutdown`] stops Raft and releases the store; the node closes the endpoint
-//! after it (DESIGN.md's shutdown order).
+//! after it (docs/design.md's shutdown order, invariant 5).
 //!
 //! **Reading.** [`Control::state`] is the applied state (possibly behind the leader);
 //! [`Control::applied`] streams the applied index to wait on. [`Control::ensure_leadership`]
 //! runs a heartbeat round to a quorum that starts after the call: the leader acks session
-//! renewals only after one (DESIGN.md, "Sessions and leases").
+//! renewals only after one (docs/design.md §5.4, "Sessions and leases").
 //!
 //! **Logging.** openraft logs every failed message to an unreachable peer at ERROR; the
 //! node adds [`LOG_FILTER`] to its filter, and this module logs reachability changes
@@ -221,7 +223,7 @@ pub struct ControlOptions {
 }
 
 impl ControlOptions {
-    /// The defaults (DESIGN.md §5) for node `name` with its data in `data_dir`.
+    /// The defaults (docs/design.md §6) for node `name` with its data in `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>, name: impl Into<String>) -> ControlOptions {
         ControlOptions {
             data_dir: data_dir.into(),

@@ -13,7 +13,7 @@
 //!   answers [`ReplaceReply::Wait`], and the node asks again. A process that is gone stops
 //!   renewing, so its session ends by the ordinary rule within a TTL; a paused one stops
 //!   its plugins by its own deadline before that. So the successor never runs before the
-//!   predecessor's plugins can no longer execute (DESIGN.md's safety argument).
+//!   predecessor's plugins can no longer execute (docs/design.md's safety argument, §5.4).
 //! - **Only for a new store.** A request naming the store the cluster records for the
 //!   name (`Cluster::stores`) is refused: that member did not lose its disk. So is one for
 //!   a member whose store the cluster does not know (below version 7, or no session since

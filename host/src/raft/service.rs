@@ -52,8 +52,8 @@ use super::types::{
     RaftError, VoteRequest, may_be,
 };
 use crate::cluster::{Proposal, StoreId};
+use crate::future::BoxFuture;
 use crate::rpc::Service;
-use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
 
 /// The node's RPC service with the control plane in front of the node's own.
@@ -120,7 +120,7 @@ impl Shared {
             )
         };
         Err(format!(
-            "{state}; {} speaks tenure/{} at most: run a build that speaks tenure/{floor} on it (README, \"Upgrading\")",
+            "{state}; {} speaks tenure/{} at most: run a build that speaks tenure/{floor} on it (docs/operating.md, \"Upgrading\")",
             from.identity, from.version
         ))
     }
@@ -412,7 +412,7 @@ fn decode_from_leader<T: DeserializeOwned>(kind: u16, payload: &[u8]) -> Result<
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     decode(kind, payload).map_err(|e| {
         let why = format!(
-            "{e}: a leader of a newer build may be sending what this build (which speaks {}) cannot read; run a build that speaks the cluster's version on this node (README, \"Upgrading\")",
+            "{e}: a leader of a newer build may be sending what this build (which speaks {}) cannot read; run a build that speaks the cluster's version on this node (docs/operating.md, \"Upgrading\")",
             crate::version::describe_window(&crate::version::protocols())
         );
         if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {

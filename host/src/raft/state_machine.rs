@@ -243,7 +243,7 @@ impl StateMachine {
 /// Why a process stops (or a store is refused) when its cluster runs at `version`.
 fn not_spoken(version: u32, speaks: &std::ops::RangeInclusive<u32>) -> String {
     format!(
-        "the cluster's version is {version} (tenure/{version}, raised once every member spoke it); this build speaks {}: run a build that speaks tenure/{version} on this node (README, \"Upgrading\")",
+        "the cluster's version is {version} (tenure/{version}, raised once every member spoke it); this build speaks {}: run a build that speaks tenure/{version} on this node (docs/operating.md, \"Upgrading\")",
         crate::version::describe_window(speaks)
     )
 }
@@ -395,7 +395,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // cluster's version was raised past it): said, rather than a bare decode error.
         let image = Image::decode(&data).map_err(|e| {
             db::read(format!(
-                "{e}: the leader's snapshot may be of a newer build than this one (which speaks {}); run a build that speaks the cluster's version on this node (README, \"Upgrading\")",
+                "{e}: the leader's snapshot may be of a newer build than this one (which speaks {}); run a build that speaks the cluster's version on this node (docs/operating.md, \"Upgrading\")",
                 crate::version::describe_window(&crate::version::protocols())
             ))
         })?;

@@ -13,8 +13,8 @@ use tempfile::TempDir;
 
 use super::*;
 use crate::cluster::{Command, Proposal, Response};
+use crate::future::BoxFuture;
 use crate::rpc::Rpc;
-use crate::runtime::BoxFuture;
 use crate::transport::PeerInfo;
 use crate::transport::tests::{Certs, config, init_logs, wait_until};
 

@@ -3,7 +3,7 @@
 //! A call is one transport request whose body is an envelope sealed by the caller for the
 //! callee, answered by an envelope sealed by the callee for the caller. Both directions go
 //! through a [`Gate`](crate::envelope::Gate) with the verifier of the TLS peer of the
-//! connection the envelope travelled on: the sender must be that peer (DESIGN.md §4).
+//! connection the envelope travelled on: the sender must be that peer (docs/design.md §5).
 //!
 //! **Which key signs.** A receiver verifies with the certificate it saw in the handshake
 //! of that very connection, and a node may be presenting an older certificate on an

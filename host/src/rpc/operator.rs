@@ -22,7 +22,7 @@
 //! A node registers its service after binding ([`super::Rpc::serve_operators`]); until
 //! then operator requests are refused with a message saying so.
 
-use crate::runtime::BoxFuture;
+use crate::future::BoxFuture;
 use crate::transport::PeerInfo;
 
 /// The first bytes of every operator request body (protocol version

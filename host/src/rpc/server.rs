@@ -19,8 +19,8 @@ use super::operator::{OPERATOR_PREFIX, OPERATOR_PREFIX_ANY, OperatorService};
 use super::service::Service;
 use super::verifiers::Verifiers;
 use crate::envelope::{ClockLog, Gate, RejectLog, Sealer, unix_ms};
+use crate::future::BoxFuture;
 use crate::pki::Kind;
-use crate::runtime::BoxFuture;
 use crate::transport::{Handler, Local, PeerInfo};
 
 /// What both sides of one node's calls share.

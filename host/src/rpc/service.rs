@@ -5,7 +5,7 @@
 //! an `Err` travels back as an (unsigned) error message. Authorization by kind is the
 //! service's business, from the [`PeerInfo`] it gets.
 
-use crate::runtime::BoxFuture;
+use crate::future::BoxFuture;
 use crate::transport::PeerInfo;
 
 /// Answers verified calls.

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use super::*;
 use crate::envelope::{Reason, Sealer};
+use crate::future::BoxFuture;
 use crate::pki::{self, Subject};
-use crate::runtime::BoxFuture;
 use crate::transport::tests::{
     Certs, Load, config, fingerprint_of, init_logs, wait_until, write_atomically,
 };

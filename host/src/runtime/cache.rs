@@ -75,16 +75,17 @@ impl CompileCache {
     /// Opens the cache in `dir` (made 0700 if missing), with its key in `dir` + `.key`.
     /// Temporary files of writers that were killed before their rename are removed.
     pub(super) fn open(dir: &Path, engine: &Engine) -> Result<Self, RuntimeError> {
-        crate::owner_only::create_dir(dir).map_err(|source| RuntimeError::Cache {
+        crate::private_files::create_dir(dir).map_err(|source| RuntimeError::Cache {
             path: dir.to_path_buf(),
             source,
         })?;
-        crate::owner_only::remove_dead_temps(dir);
+        crate::private_files::remove_dead_temps(dir);
         let key_path = dir.with_extension("key");
-        let raw_key = crate::owner_only::secret(&key_path).map_err(|why| RuntimeError::Cache {
-            path: key_path.clone(),
-            source: std::io::Error::other(why),
-        })?;
+        let raw_key =
+            crate::private_files::secret(&key_path).map_err(|why| RuntimeError::Cache {
+                path: key_path.clone(),
+                source: std::io::Error::other(why),
+            })?;
         let mut hasher = Sha256Hasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let engine_key = hex::encode(&hasher.0.finalize()[..8]);
@@ -191,7 +192,7 @@ pub(super) fn store(raw_key: &[u8; 32], path: &Path, component: &Component) -> a
     file.extend_from_slice(MAGIC);
     file.extend_from_slice(tag.as_ref());
     file.extend_from_slice(&body);
-    crate::owner_only::write_atomic(path, &file)?;
+    crate::private_files::write_atomic(path, &file)?;
     Ok(())
 }
 
@@ -308,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_and_its_key_are_owner_only() {
+    fn the_cache_and_its_key_are_private_files() {
         use std::os::unix::fs::PermissionsExt;
         let engine = engine();
         let dir = tempfile::tempdir().unwrap();

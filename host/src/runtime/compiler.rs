@@ -239,7 +239,7 @@ struct TempSweep {
 impl Drop for TempSweep {
     fn drop(&mut self) {
         if let Some(pid) = self.pid {
-            crate::owner_only::remove_temps_of(&self.out, pid);
+            crate::private_files::remove_temps_of(&self.out, pid);
         }
     }
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, WasmList, WasmStr};
 
-use super::MAX_STATE_BYTES;
+use crate::cluster::MAX_STATE_BYTES;
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 use super::bindings::v0_1::tenure::plugin as v0_1;

@@ -11,13 +11,14 @@ use std::time::Duration;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::DynPollable;
 
+use super::StateError;
 use super::bindings::v0_2::tenure::plugin::host::{self, Level, Wake};
 use super::bindings::v0_2::tenure::plugin::ownership::{self, Lease};
 use super::bindings::v0_2::tenure::plugin::state;
 use super::clocks::Waited;
 use super::output::{self, Stream};
 use super::store::HostState;
-use super::{MAX_STATE_BYTES, StateError};
+use crate::cluster::MAX_STATE_BYTES;
 use crate::ownership::Grant;
 
 /// The longest single sleep; a plugin wanting longer sleeps again.

@@ -118,8 +118,8 @@ impl IncrementalCache {
     /// when first used. Packs that cannot be parsed are deleted and reported; the
     /// temporary files of writers that were killed before their rename are removed.
     pub(super) fn open(dir: &Path, raw_key: &[u8; 32], cap: u64) -> std::io::Result<Self> {
-        crate::owner_only::create_dir(dir)?;
-        crate::owner_only::remove_dead_temps(dir);
+        crate::private_files::create_dir(dir)?;
+        crate::private_files::remove_dead_temps(dir);
         let mut found = Vec::new();
         for entry in std::fs::read_dir(dir)?.flatten() {
             let path = entry.path();
@@ -185,7 +185,7 @@ impl IncrementalCache {
             file.extend_from_slice(MAGIC);
             file.extend_from_slice(tag.as_ref());
             file.extend_from_slice(&body);
-            crate::owner_only::write_atomic(&path, &file)?;
+            crate::private_files::write_atomic(&path, &file)?;
         }
         let now = SystemTime::now();
         for pack in self.packs.iter().filter(|p| p.used.load(Ordering::Relaxed)) {

@@ -1,7 +1,7 @@
 //! The lease as plugin instances see it: the one check every effect asks, and the time
 //! at which the engine itself stops an instance.
 //!
-//! DESIGN.md §4: a node's plugins must not execute, and must not act on the world, once
+//! docs/design.md §5: a node's plugins must not execute, and must not act on the world, once
 //! the node's lease deadline D has passed, because from then on a successor may own the
 //! slot. Two things here make that hold without relying on any task being polled:
 //! - [`NodeLease`] holds the node's current session and D in atomics. The session task

@@ -75,13 +75,11 @@ use store::HostState;
 use crate::catalog::Secrets;
 use crate::catalog::capabilities::{AllowedHost, Capabilities, Scheme};
 use crate::cluster::Pool;
+use crate::future::BoxFuture;
 use crate::ownership::Grant;
 
 /// How often the epoch advances: the granularity of yields and interrupts.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-/// The largest state blob a plugin may save.
-pub const MAX_STATE_BYTES: usize = 64 * 1024;
 
 /// Errors building the runtime itself.
 #[derive(Debug, thiserror::Error)]
@@ -133,9 +131,6 @@ pub trait StateBackend: Send + Sync + 'static {
     fn save(&self, grant: &Grant, data: Vec<u8>) -> BoxFuture<Result<(), StateError>>;
 }
 
-/// A boxed, sendable future, for the object-safe [`StateBackend`].
-pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
 /// Why a state call failed; mirrors the WIT `state.error`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
@@ -159,7 +154,7 @@ pub enum StateError {
 pub const PLUGIN_LOG_LINES_PER_SECOND: u32 = 200;
 
 /// What a plugin's manifest grants its instances beyond the lease, state and log
-/// (DESIGN.md, `[capabilities]`). It holds secret values, so it has no `Debug`.
+/// (docs/design.md §3, "Plugins folder"). It holds secret values, so it has no `Debug`.
 #[derive(Default)]
 pub struct Granted {
     /// Where outbound requests may go; empty: nowhere.

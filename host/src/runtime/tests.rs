@@ -12,7 +12,8 @@ use wasmtime::component::Linker;
 use wasmtime::{Engine, Trap};
 
 use super::store::{self, HostState};
-use super::{BoxFuture, InstanceContext, NodeLease, StateBackend, StateError};
+use super::{InstanceContext, NodeLease, StateBackend, StateError};
+use crate::future::BoxFuture;
 use crate::ownership::Grant;
 
 /// A component whose one core instance has a start function that loops forever: it

@@ -22,9 +22,9 @@ pub struct TransportConfig {
     /// UDP address to listen on; port 0 picks a free port (see `Transport::local_addr`).
     pub listen: SocketAddr,
     /// Largest request or response body sent or accepted, in bytes (default 1 MiB, the
-    /// DESIGN.md bound). An incoming frame announcing more is refused before anything is
-    /// allocated; a request body over it fails locally with nothing sent. It also sizes
-    /// the QUIC receive windows: one frame per stream, two per connection.
+    /// bound of docs/design.md §6). An incoming frame announcing more is refused before
+    /// anything is allocated; a request body over it fails locally with nothing sent. It
+    /// also sizes the QUIC receive windows: one frame per stream, two per connection.
     pub max_frame: usize,
     /// Bound on one request as the caller sees it: dialing if needed, sending, the remote
     /// handler, the response (default 5 s). Also bounds a remote handler on the server side.
@@ -108,7 +108,7 @@ impl Default for TransportConfig {
 }
 
 /// The largest `max_frame` accepted: frames carry a `u32` length, and a limit far above
-/// DESIGN.md's 1 MiB is more likely a typo than a plan.
+/// docs/design.md's 1 MiB is more likely a typo than a plan.
 pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 
 /// The largest `max_streams_per_connection` accepted. A signed request is numbered when it

@@ -13,7 +13,7 @@
 //! overruns costs its caller an error response, never the endpoint.
 
 use super::{Local, PeerInfo};
-use crate::runtime::BoxFuture;
+use crate::future::BoxFuture;
 
 /// Answers requests arriving over the transport.
 pub trait Handler: Send + Sync + 'static {

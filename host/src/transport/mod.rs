@@ -3,7 +3,7 @@
 //!
 //! **Protocol** (ALPN `tenure/N`, versioned in `crate::version`, TLS 1.3 only, ring provider). Every node is a QUIC server
 //! and a client on one UDP socket. Both sides authenticate with certificates from the
-//! cluster CA bundle (DESIGN.md §4): the dialer checks that the server's certificate is
+//! cluster CA bundle (docs/design.md §5): the dialer checks that the server's certificate is
 //! valid for the node name it dialed (`DNS:` SAN) and that its `tenure://node/NAME` URI SAN
 //! names that node; the server accepts any node or operator whose certificate chains to
 //! the bundle and hands the identity to the handler. A request is one bidirectional
@@ -50,7 +50,7 @@
 //!
 //! What it deliberately does not do:
 //! - interpret bodies: they are opaque (signed envelopes; `crate::envelope` checks sender,
-//!   recipient, replay and skew, and uses [`PeerInfo::cert`] to verify signatures);
+//!   recipient, cluster and replay, reports clock skew, and uses [`PeerInfo::cert`] to verify signatures);
 //! - authorize: the handler sees [`PeerInfo::identity`] (node or operator) and decides;
 //! - decide revocation: revoked key fingerprints live in the replicated state, above this
 //!   layer, which hands the set to [`Transport::set_revoked`] (and to

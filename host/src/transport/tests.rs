@@ -21,8 +21,8 @@ use tempfile::TempDir;
 use time::OffsetDateTime;
 
 use super::*;
+use crate::future::BoxFuture;
 use crate::pki::{self, Algo, IfExists, Kind, Subject};
-use crate::runtime::BoxFuture;
 
 mod budgets;
 mod versions;

@@ -251,7 +251,7 @@ fn install(plugins: &Path, plugin: &Plugin) -> anyhow::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        crate::owner_only::write_atomic(&path, bytes)
+        crate::private_files::write_atomic(&path, bytes)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     if let Some(manifest) = &plugin.manifest {

@@ -2,7 +2,7 @@
 //! plugin's outbound requests look like from the service it protects.
 //!
 //! A fenced service refuses a request whose `tenure-token` is older than one it has seen
-//! (README, "Capabilities"). The script's `expect-requests` step checks what such a
+//! (docs/plugins.md, "Capabilities"). The script's `expect-requests` step checks what such a
 //! service would need: every request carries a token, and none of an owner arrived after
 //! a newer owner started (no stale owner acts). This server only records: it answers
 //! every request `200 ok`, with hyper's HTTP/1.1 server on a thread of its own, so it

@@ -178,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn created_files_and_dirs_are_owner_only_whatever_the_umask() {
+    fn created_files_and_dirs_are_private_files_whatever_the_umask() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("a/b");
         create_dir(&sub).unwrap();
