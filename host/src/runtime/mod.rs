@@ -140,7 +140,7 @@ pub enum StateError {
     /// The node's lease deadline has passed.
     #[error("the node's lease expired")]
     LeaseExpired,
-    /// The blob exceeds [`MAX_STATE_BYTES`].
+    /// The blob exceeds [`MAX_STATE_BYTES`](crate::cluster::MAX_STATE_BYTES).
     #[error("state blob too large (limit {0} bytes)")]
     TooLarge(u32),
     /// The store failed; retrying may succeed.
