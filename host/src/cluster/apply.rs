@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use super::MAX_STATE_BYTES;
 use super::state::*;
+use super::{ClusterId, MAX_STATE_BYTES};
 
 impl Cluster {
     /// Applies a log entry's `proposal`, committed at log `index` in Raft `term`: its
@@ -61,39 +61,16 @@ impl Cluster {
         }
     }
 
-    /// Applies `command`, committed at log `index` in Raft `term`, and answers it.
+    /// Applies `command`, committed at log `index` in Raft `term`, and answers it: one
+    /// method per command, below, in the order of [`Command`].
     pub fn apply(&mut self, index: u64, term: u64, command: Command) -> Response {
         match command {
-            Command::Join { node, addr, labels } => {
-                let member = self.members.entry(node).or_default();
-                member.addr = addr;
-                member.labels = labels;
-                Response::Done
-            }
-            Command::Advertise { node, plugins } => {
-                let remove = self.members.get(&node).map_or_else(Vec::new, |member| {
-                    let gone = member.plugins.keys().filter(|r| !plugins.contains_key(*r));
-                    gone.cloned().collect()
-                });
-                self.advertise(index, &node, plugins, remove)
-            }
+            Command::Join { node, addr, labels } => self.join(node, addr, labels),
+            Command::Advertise { node, plugins } => self.advertise_all(index, &node, plugins),
             Command::AdvertiseChanges { node, set, remove } => {
                 self.advertise(index, &node, set, remove)
             }
-            Command::OpenSession { node, at_ms } => {
-                let Some(member) = self.members.get_mut(&node) else {
-                    return unknown(&node);
-                };
-                let old = member.session.replace(Session {
-                    id: index,
-                    opened_ms: at_ms,
-                });
-                self.session_processes.remove(&node);
-                if old.is_some() {
-                    self.vacate_node(&node, index, at_ms, HistoryKind::Expired);
-                }
-                Response::Session(index)
-            }
+            Command::OpenSession { node, at_ms } => self.open_session(index, node, at_ms),
             Command::OpenSessionOf {
                 node,
                 at_ms,
@@ -105,26 +82,7 @@ impl Cluster {
                 session,
                 expired_in,
                 at_ms,
-            } => {
-                let Some(member) = self.members.get_mut(&node) else {
-                    return unknown(&node);
-                };
-                if member.session.as_ref().map(|s| s.id) != Some(session) {
-                    return Response::Stale;
-                }
-                if expired_in.is_some_and(|decided| decided != term) {
-                    return Response::Stale;
-                }
-                member.session = None;
-                self.session_processes.remove(&node);
-                let kind = if expired_in.is_some() {
-                    HistoryKind::Expired
-                } else {
-                    HistoryKind::Released
-                };
-                self.vacate_node(&node, index, at_ms, kind);
-                Response::Done
-            }
+            } => self.end_session(index, term, &node, session, expired_in, at_ms),
             Command::Assign {
                 resource,
                 slot,
@@ -134,92 +92,24 @@ impl Cluster {
                 digest,
                 at_ms,
             } => {
-                let current = self.members.get(&node).and_then(|m| m.session.as_ref());
-                if current.map(|s| s.id) != Some(session) {
-                    return Response::Refused(format!(
-                        "node {node} has no session {session} (it expired or was replaced)"
-                    ));
-                }
-                // A slot at or above the resource's tickets has no business being owned:
-                // the most tickets any member advertises for it bounds the slot numbers.
-                let tickets = self
-                    .members
-                    .values()
-                    .filter_map(|m| m.plugins.get(&resource))
-                    .map(|a| a.tickets)
-                    .max();
-                if let Some(tickets) = tickets
-                    && slot >= tickets
-                {
-                    return Response::Refused(format!(
-                        "{resource}/{slot} does not exist: the resource has {tickets} ticket(s)"
-                    ));
-                }
-                let slots = self.resources.entry(resource.clone()).or_default();
-                if let Some(held) = slots.get(&slot) {
-                    return Response::Refused(format!(
-                        "{resource}/{slot} is held by {} (token {})",
-                        held.owner, held.token
-                    ));
-                }
-                if let Some((other, _)) = slots.iter().find(|(_, s)| s.owner == node) {
-                    return Response::Refused(format!(
-                        "{node} already holds {resource}/{other}: a node holds at most one slot of a resource"
-                    ));
-                }
-                if let Some(preferred) = self.preferred.get_mut(&resource) {
-                    preferred.remove(&slot);
-                    if preferred.is_empty() {
-                        self.preferred.remove(&resource);
-                    }
-                }
-                let slots = self.resources.entry(resource.clone()).or_default();
-                slots.insert(
-                    slot,
-                    Slot {
-                        owner: node.clone(),
-                        session,
-                        token: index,
-                        term,
-                        since_ms: at_ms,
-                        version,
-                        digest,
-                        releasing: None,
-                    },
-                );
-                self.record(
-                    index,
-                    at_ms,
-                    (&resource, slot, &node, index, term),
-                    HistoryKind::Granted,
-                );
-                Response::Granted { token: index, term }
+                let grant = Slot {
+                    owner: node,
+                    session,
+                    token: index,
+                    term,
+                    since_ms: at_ms,
+                    version,
+                    digest,
+                    releasing: None,
+                };
+                self.assign(index, resource, slot, grant)
             }
             Command::Regrant {
                 resource,
                 slot,
                 token,
                 at_ms,
-            } => {
-                let Some(held) = self.current_mut(&resource, slot, token) else {
-                    return Response::Stale;
-                };
-                if held.releasing.is_some() {
-                    return Response::Refused(format!(
-                        "{resource}/{slot} is being handed over; it is not restarted"
-                    ));
-                }
-                held.token = index;
-                held.term = term;
-                let owner = held.owner.clone();
-                self.record(
-                    index,
-                    at_ms,
-                    (&resource, slot, &owner, index, term),
-                    HistoryKind::Regranted,
-                );
-                Response::Granted { token: index, term }
-            }
+            } => self.regrant(index, term, &resource, slot, token, at_ms),
             Command::BeginHandover {
                 resource,
                 slot,
@@ -227,190 +117,434 @@ impl Cluster {
                 reason,
                 to,
                 at_ms,
-            } => {
-                let Some(held) = self.current_mut(&resource, slot, token) else {
-                    return Response::Stale;
-                };
-                if held.releasing.is_some() {
-                    return Response::Done;
-                }
-                held.releasing = Some(Releasing { reason, to, at_ms });
-                let (owner, granted_in) = (held.owner.clone(), held.term);
-                self.record(
-                    index,
-                    at_ms,
-                    (&resource, slot, &owner, token, granted_in),
-                    HistoryKind::HandoverBegun(reason),
-                );
-                Response::Done
-            }
+            } => self.begin_handover(
+                index,
+                &resource,
+                slot,
+                token,
+                Releasing { reason, to, at_ms },
+            ),
             Command::Release {
                 resource,
                 slot,
                 token,
                 at_ms,
-            } => {
-                let to = self
-                    .slot(&resource, slot)
-                    .filter(|s| s.token == token)
-                    .and_then(|s| s.releasing.as_ref()?.to.clone());
-                match self.remove_slot(&resource, slot, token) {
-                    Some((owner, granted_in)) => {
-                        if let Some(to) = to {
-                            self.preferred
-                                .entry(resource.clone())
-                                .or_default()
-                                .insert(slot, to);
-                        }
-                        self.record(
-                            index,
-                            at_ms,
-                            (&resource, slot, &owner, token, granted_in),
-                            HistoryKind::Released,
-                        );
-                        Response::Done
-                    }
-                    None => Response::Stale,
-                }
-            }
+            } => self.release(index, &resource, slot, token, at_ms),
             Command::GiveUp {
                 resource,
                 slot,
                 token,
                 until_ms,
                 at_ms,
-            } => match self.remove_slot(&resource, slot, token) {
-                Some((owner, granted_in)) => {
-                    let cooldown = self.cooldown.entry(resource.clone()).or_default();
-                    cooldown.retain(|_, until| *until > at_ms);
-                    cooldown.insert(owner.clone(), until_ms);
-                    self.record(
-                        index,
-                        at_ms,
-                        (&resource, slot, &owner, token, granted_in),
-                        HistoryKind::GaveUp,
-                    );
-                    Response::Done
-                }
-                None => Response::Stale,
-            },
+            } => self.give_up(index, &resource, slot, token, until_ms, at_ms),
             Command::SaveState {
                 resource,
                 slot,
                 token,
                 data,
-            } => {
-                if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
-                    return refused;
-                }
-                self.state.insert(resource, Blob { token, data });
-                Response::Done
-            }
+            } => self.save_state(resource, slot, token, data),
             Command::SaveSlotState {
                 resource,
                 slot,
                 token,
                 data,
-            } => {
-                if self.version < crate::version::SLOT_STATE {
-                    return Response::Refused(format!(
-                        "a state per slot needs cluster version {}; it is {}",
-                        crate::version::SLOT_STATE,
-                        self.version
-                    ));
-                }
-                if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
-                    return refused;
-                }
-                self.slot_state
-                    .entry(resource)
-                    .or_default()
-                    .insert(slot, Blob { token, data });
-                Response::Done
-            }
-            Command::SetDraining { node, draining } => match self.members.get_mut(&node) {
-                Some(member) => {
-                    member.draining = draining;
-                    Response::Done
-                }
-                None => unknown(&node),
-            },
+            } => self.save_slot_state(resource, slot, token, data),
+            Command::SetDraining { node, draining } => self.set_draining(&node, draining),
             Command::Revoke {
                 key,
                 certificate,
                 node,
                 at_ms,
-            } => {
-                // The node's session is left to expire: its renewals stop (every node
-                // refuses its key), and its slots are vacated only once its lease has run
-                // out, as for any node that went silent. Ending it here would grant its
-                // slots while its plugins may still run.
-                self.revoked.entry(key).or_insert(Revocation {
+            } => self.revoke(
+                key,
+                Revocation {
                     certificate,
                     node,
                     at_ms,
-                });
-                Response::Done
-            }
-            Command::RaiseVersion { to } => {
-                // Never lowered: a member may already rely on what the higher version
-                // allows.
-                let before = self.version;
-                self.version = self.version.max(to);
-                if before < crate::version::ADDRESSED && self.version >= crate::version::ADDRESSED {
-                    self.record_live_stores();
-                }
-                if before < crate::version::INSTALL_ORDER
-                    && self.version >= crate::version::INSTALL_ORDER
-                {
-                    self.record_installed(index);
-                }
-                Response::Done
-            }
-            Command::Probe { node } => {
-                if self.version >= crate::version::PROBE_VERSION {
-                    Response::Done
-                } else {
-                    Response::Refused(format!(
-                        "{node}'s probe needs cluster version {}; the cluster runs at {}",
-                        crate::version::PROBE_VERSION,
-                        self.version
-                    ))
-                }
-            }
-            Command::Identify { cluster } => match self.id {
-                None => {
-                    self.id = Some(cluster);
-                    Response::Done
-                }
-                Some(id) if id == cluster => Response::Done,
-                Some(id) => Response::Refused(format!(
-                    "the cluster's id is {id} already; it never changes"
-                )),
-            },
-            Command::Remove { node, .. } => {
-                let Some(member) = self.members.get(&node) else {
-                    return unknown(&node);
-                };
-                // Only a node whose lease is over: its slots went with its session.
-                if member.session.is_some() {
-                    return Response::Refused(format!(
-                        "{node} has a session: it may still be running plugins; stop it (or \
-                         revoke its certificate) and remove it once its session has expired"
-                    ));
-                }
-                self.members.remove(&node);
-                self.applied.remove(&node);
-                self.installed.remove(&node);
-                if let Some(store) = self.stores.remove(&node) {
-                    self.retired.entry(node.clone()).or_default().insert(store);
-                }
-                for skipped in self.cooldown.values_mut() {
-                    skipped.remove(&node);
-                }
-                Response::Done
+                },
+            ),
+            Command::RaiseVersion { to } => self.raise_version(index, to),
+            Command::Probe { node } => self.probe(&node),
+            Command::Identify { cluster } => self.identify(cluster),
+            Command::Remove { node, .. } => self.remove(&node),
+        }
+    }
+
+    /// `Join`: a member's address and labels (a member is known from its first join).
+    fn join(&mut self, node: String, addr: String, labels: BTreeMap<String, String>) -> Response {
+        let member = self.members.entry(node).or_default();
+        member.addr = addr;
+        member.labels = labels;
+        Response::Done
+    }
+
+    /// `Advertise`: a member's whole set of adverts; what it no longer lists is removed.
+    fn advertise_all(
+        &mut self,
+        index: u64,
+        node: &str,
+        plugins: BTreeMap<String, Advert>,
+    ) -> Response {
+        let remove = self.members.get(node).map_or_else(Vec::new, |member| {
+            let gone = member.plugins.keys().filter(|r| !plugins.contains_key(*r));
+            gone.cloned().collect()
+        });
+        self.advertise(index, node, plugins, remove)
+    }
+
+    /// `OpenSession` (before cluster version 7: no process named): the node's new
+    /// session, numbered by its entry; an old one of the node is over, and what it held
+    /// is vacated.
+    fn open_session(&mut self, index: u64, node: String, at_ms: u64) -> Response {
+        let Some(member) = self.members.get_mut(&node) else {
+            return unknown(&node);
+        };
+        let old = member.session.replace(Session {
+            id: index,
+            opened_ms: at_ms,
+        });
+        self.session_processes.remove(&node);
+        if old.is_some() {
+            self.vacate_node(&node, index, at_ms, HistoryKind::Expired);
+        }
+        Response::Session(index)
+    }
+
+    /// `EndSession`: the node released its session, or the leader of `expired_in` saw its
+    /// renewals stop (refused from an entry of any other term: only that leader heard
+    /// them stop). Its slots are vacated only now.
+    fn end_session(
+        &mut self,
+        index: u64,
+        term: u64,
+        node: &str,
+        session: u64,
+        expired_in: Option<u64>,
+        at_ms: u64,
+    ) -> Response {
+        let Some(member) = self.members.get_mut(node) else {
+            return unknown(node);
+        };
+        if member.session.as_ref().map(|s| s.id) != Some(session) {
+            return Response::Stale;
+        }
+        if expired_in.is_some_and(|decided| decided != term) {
+            return Response::Stale;
+        }
+        member.session = None;
+        self.session_processes.remove(node);
+        let kind = if expired_in.is_some() {
+            HistoryKind::Expired
+        } else {
+            HistoryKind::Released
+        };
+        self.vacate_node(node, index, at_ms, kind);
+        Response::Done
+    }
+
+    /// `Assign`: grants `resource`/`slot` to `grant.owner` under `grant.session`, with
+    /// the entry's index as its token, if the session is the node's current one, the
+    /// slot exists, is free, and the node holds no other slot of the resource.
+    fn assign(&mut self, index: u64, resource: String, slot: u32, grant: Slot) -> Response {
+        let node = grant.owner.clone();
+        let session = grant.session;
+        let current = self.members.get(&node).and_then(|m| m.session.as_ref());
+        if current.map(|s| s.id) != Some(session) {
+            return Response::Refused(format!(
+                "node {node} has no session {session} (it expired or was replaced)"
+            ));
+        }
+        // A slot at or above the resource's tickets has no business being owned: the
+        // most tickets any member advertises for it bounds the slot numbers.
+        let tickets = self
+            .members
+            .values()
+            .filter_map(|m| m.plugins.get(&resource))
+            .map(|a| a.tickets)
+            .max();
+        if let Some(tickets) = tickets
+            && slot >= tickets
+        {
+            return Response::Refused(format!(
+                "{resource}/{slot} does not exist: the resource has {tickets} ticket(s)"
+            ));
+        }
+        let slots = self.resources.entry(resource.clone()).or_default();
+        if let Some(held) = slots.get(&slot) {
+            return Response::Refused(format!(
+                "{resource}/{slot} is held by {} (token {})",
+                held.owner, held.token
+            ));
+        }
+        if let Some((other, _)) = slots.iter().find(|(_, s)| s.owner == node) {
+            return Response::Refused(format!(
+                "{node} already holds {resource}/{other}: a node holds at most one slot of a resource"
+            ));
+        }
+        if let Some(preferred) = self.preferred.get_mut(&resource) {
+            preferred.remove(&slot);
+            if preferred.is_empty() {
+                self.preferred.remove(&resource);
             }
         }
+        let (token, term, at_ms) = (grant.token, grant.term, grant.since_ms);
+        let slots = self.resources.entry(resource.clone()).or_default();
+        slots.insert(slot, grant);
+        self.record(
+            index,
+            at_ms,
+            (&resource, slot, &node, token, term),
+            HistoryKind::Granted,
+        );
+        Response::Granted { token, term }
+    }
+
+    /// `Regrant`: the same slot to the same node after a failed start, under a new token
+    /// (the entry's index); not while it is handed over.
+    fn regrant(
+        &mut self,
+        index: u64,
+        term: u64,
+        resource: &str,
+        slot: u32,
+        token: u64,
+        at_ms: u64,
+    ) -> Response {
+        let Some(held) = self.current_mut(resource, slot, token) else {
+            return Response::Stale;
+        };
+        if held.releasing.is_some() {
+            return Response::Refused(format!(
+                "{resource}/{slot} is being handed over; it is not restarted"
+            ));
+        }
+        held.token = index;
+        held.term = term;
+        let owner = held.owner.clone();
+        self.record(
+            index,
+            at_ms,
+            (resource, slot, &owner, index, term),
+            HistoryKind::Regranted,
+        );
+        Response::Granted { token: index, term }
+    }
+
+    /// `BeginHandover`: marks the slot releasing (once); its owner stops, cleans up and
+    /// releases, and only then is a successor assigned.
+    fn begin_handover(
+        &mut self,
+        index: u64,
+        resource: &str,
+        slot: u32,
+        token: u64,
+        releasing: Releasing,
+    ) -> Response {
+        let Some(held) = self.current_mut(resource, slot, token) else {
+            return Response::Stale;
+        };
+        if held.releasing.is_some() {
+            return Response::Done;
+        }
+        let (reason, at_ms) = (releasing.reason, releasing.at_ms);
+        held.releasing = Some(releasing);
+        let (owner, granted_in) = (held.owner.clone(), held.term);
+        self.record(
+            index,
+            at_ms,
+            (resource, slot, &owner, token, granted_in),
+            HistoryKind::HandoverBegun(reason),
+        );
+        Response::Done
+    }
+
+    /// `Release`: the owner gives the slot back under its current token; a move's target
+    /// is remembered as the slot's preferred next owner.
+    fn release(
+        &mut self,
+        index: u64,
+        resource: &str,
+        slot: u32,
+        token: u64,
+        at_ms: u64,
+    ) -> Response {
+        let to = self
+            .slot(resource, slot)
+            .filter(|s| s.token == token)
+            .and_then(|s| s.releasing.as_ref()?.to.clone());
+        match self.remove_slot(resource, slot, token) {
+            Some((owner, granted_in)) => {
+                if let Some(to) = to {
+                    self.preferred
+                        .entry(resource.to_owned())
+                        .or_default()
+                        .insert(slot, to);
+                }
+                self.record(
+                    index,
+                    at_ms,
+                    (resource, slot, &owner, token, granted_in),
+                    HistoryKind::Released,
+                );
+                Response::Done
+            }
+            None => Response::Stale,
+        }
+    }
+
+    /// `GiveUp`: the owner gives the slot back after repeated failures, and is skipped
+    /// for the resource until `until_ms`.
+    fn give_up(
+        &mut self,
+        index: u64,
+        resource: &str,
+        slot: u32,
+        token: u64,
+        until_ms: u64,
+        at_ms: u64,
+    ) -> Response {
+        match self.remove_slot(resource, slot, token) {
+            Some((owner, granted_in)) => {
+                let cooldown = self.cooldown.entry(resource.to_owned()).or_default();
+                cooldown.retain(|_, until| *until > at_ms);
+                cooldown.insert(owner.clone(), until_ms);
+                self.record(
+                    index,
+                    at_ms,
+                    (resource, slot, &owner, token, granted_in),
+                    HistoryKind::GaveUp,
+                );
+                Response::Done
+            }
+            None => Response::Stale,
+        }
+    }
+
+    /// `SaveState`: the resource's one blob, fenced by the slot's current token.
+    fn save_state(&mut self, resource: String, slot: u32, token: u64, data: Vec<u8>) -> Response {
+        if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
+            return refused;
+        }
+        self.state.insert(resource, Blob { token, data });
+        Response::Done
+    }
+
+    /// `SaveSlotState` (from [`crate::version::SLOT_STATE`]): the slot's own blob, fenced
+    /// by its current token.
+    fn save_slot_state(
+        &mut self,
+        resource: String,
+        slot: u32,
+        token: u64,
+        data: Vec<u8>,
+    ) -> Response {
+        if self.version < crate::version::SLOT_STATE {
+            return Response::Refused(format!(
+                "a state per slot needs cluster version {}; it is {}",
+                crate::version::SLOT_STATE,
+                self.version
+            ));
+        }
+        if let Some(refused) = self.refuse_save(&resource, slot, token, &data) {
+            return refused;
+        }
+        self.slot_state
+            .entry(resource)
+            .or_default()
+            .insert(slot, Blob { token, data });
+        Response::Done
+    }
+
+    /// `SetDraining`: a member takes no new slots (or does again).
+    fn set_draining(&mut self, node: &str, draining: bool) -> Response {
+        match self.members.get_mut(node) {
+            Some(member) => {
+                member.draining = draining;
+                Response::Done
+            }
+            None => unknown(node),
+        }
+    }
+
+    /// `Revoke`: `key` is refused everywhere from now on (the first revocation of a key
+    /// is kept).
+    fn revoke(&mut self, key: String, revocation: Revocation) -> Response {
+        // The node's session is left to expire: its renewals stop (every node refuses its
+        // key), and its slots are vacated only once its lease has run out, as for any
+        // node that went silent. Ending it here would grant its slots while its plugins
+        // may still run.
+        self.revoked.entry(key).or_insert(revocation);
+        Response::Done
+    }
+
+    /// `RaiseVersion`: the cluster's version, never lowered: a member may already rely on
+    /// what the higher version allows. Crossing a version records what it starts to keep.
+    fn raise_version(&mut self, index: u64, to: u32) -> Response {
+        let before = self.version;
+        self.version = self.version.max(to);
+        if before < crate::version::ADDRESSED && self.version >= crate::version::ADDRESSED {
+            self.record_live_stores();
+        }
+        if before < crate::version::INSTALL_ORDER && self.version >= crate::version::INSTALL_ORDER {
+            self.record_installed(index);
+        }
+        Response::Done
+    }
+
+    /// `Probe`: a test command that only a cluster at [`crate::version::PROBE_VERSION`]
+    /// applies (the version gate's own test).
+    fn probe(&self, node: &str) -> Response {
+        if self.version >= crate::version::PROBE_VERSION {
+            Response::Done
+        } else {
+            Response::Refused(format!(
+                "{node}'s probe needs cluster version {}; the cluster runs at {}",
+                crate::version::PROBE_VERSION,
+                self.version
+            ))
+        }
+    }
+
+    /// `Identify`: the cluster's id, set once by its first leader and never changed.
+    fn identify(&mut self, cluster: ClusterId) -> Response {
+        match self.id {
+            None => {
+                self.id = Some(cluster);
+                Response::Done
+            }
+            Some(id) if id == cluster => Response::Done,
+            Some(id) => Response::Refused(format!(
+                "the cluster's id is {id} already; it never changes"
+            )),
+        }
+    }
+
+    /// `Remove`: a member whose session is over leaves the cluster; its store, if
+    /// recorded, is retired for good.
+    fn remove(&mut self, node: &str) -> Response {
+        let Some(member) = self.members.get(node) else {
+            return unknown(node);
+        };
+        // Only a node whose lease is over: its slots went with its session.
+        if member.session.is_some() {
+            return Response::Refused(format!(
+                "{node} has a session: it may still be running plugins; stop it (or revoke \
+                 its certificate) and remove it once its session has expired"
+            ));
+        }
+        self.members.remove(node);
+        self.applied.remove(node);
+        self.installed.remove(node);
+        if let Some(store) = self.stores.remove(node) {
+            self.retired
+                .entry(node.to_owned())
+                .or_default()
+                .insert(store);
+        }
+        for skipped in self.cooldown.values_mut() {
+            skipped.remove(node);
+        }
+        Response::Done
     }
 
     /// The slot if `token` is its current grant.
