@@ -18,7 +18,7 @@
 //! `5x10000,10x20000,20x50000,40x100000`). Sizes above what the pool lets nodes run
 //! (`placement::CAPACITY` per node) leave slots pending, as a real cluster would.
 //! Nothing here is timed against a target: it prints figures, and the extrapolation is
-//! in ARCHITECTURE.md ("Scale").
+//! in docs/design.md (§8, "Scale").
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

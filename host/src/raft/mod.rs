@@ -262,7 +262,7 @@ impl ControlOptions {
     /// 112–180 ms after its last heartbeat, and a follower must miss 112 ms of heartbeats
     /// to start an election. Below 500 ms the window is shorter than openraft can be
     /// paced for on a loaded machine: an election there can cost the other nodes their
-    /// leases (ARCHITECTURE.md, "Leader loss").
+    /// leases (docs/design.md §5.4, "Leader loss").
     pub fn paced_for(mut self, ttl: Duration) -> Self {
         let ms = Duration::from_millis;
         self.heartbeat = (ttl / 25).clamp(ms(20), ms(50));

@@ -27,7 +27,8 @@
 //! - an Initial from an address that has not proved it receives our packets is answered
 //!   with a stateless QUIC Retry and forgotten, so a flood of Initials from fresh (or
 //!   spoofed) source ports holds nothing and costs no TLS work; every new connection pays
-//!   one extra round trip for it (the measured cost is in ARCHITECTURE.md);
+//!   one extra round trip for it (the measured cost is in BENCHMARKS.md, "The cost of
+//!   Retry");
 //! - handshakes have their own budget (`max_handshakes`), apart from established
 //!   connections (`max_connections`): when it is full the oldest handshake gives way, so
 //!   handshakes that stall on purpose cannot keep a completing one out, and cannot take
