@@ -14,6 +14,18 @@
 //! Only the joining node itself may ask to join under its name, and it asks the leader
 //! itself: no member forwards a join, so no member can add or move another node.
 //!
+//! **Stores.** A JOIN carries the joiner's store (after the `Peer` that 0.2.0 reads) and,
+//! from this build on, the member id it asks for (`joiner_id`). Any node answers a store
+//! the cluster retired `JoinReply::Removed`, naming the leader (the joiner asks it too,
+//! and stops on the word of most of the nodes it asked). The leader decides every join
+//! holding the lock that `remove_for_good` holds through its two steps (which run in a
+//! task of their own), on a replica that has applied the entry holding the name's seat or,
+//! failing that, after a leadership round that waits until it has applied all that was
+//! committed; it admits neither a retired store nor a store other than the one recorded
+//! for the name (retryable: that member's removal may still be on its way). A node whose
+//! own replica applies the removal of its store stops (`removed.rs`); every node refuses
+//! an addressed Raft message whose sender names a retired store (`service.rs`).
+//!
 //! **Voters.** Which members vote is the leader's upkeep (`autopilot.rs`: promote caught-up
 //! learners up to the target, replace or shed voters that are gone). The JOIN handler
 //! takes a step at once; a housekeeping task takes one every [`HOUSEKEEPING`] on
