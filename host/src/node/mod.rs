@@ -180,12 +180,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut options =
         ControlOptions::new(config.data_dir.clone(), config.name.clone()).paced_for(config.ttl);
     options.started = Some(started);
-    // Deciding what this node is, forming and joining can wait for peers for as long as
-    // they are away: a stop asked meanwhile ends the node cleanly (nothing runs yet), as
-    // it would later.
+    // Served from here: deciding what this node is, forming and joining can wait for
+    // peers for as long as they are away, and `/livez` must answer meanwhile.
+    let late_probe = Arc::new(probe::LateProbe::new(config.name.clone()));
+    let _metrics = probe::serve(config.metrics, late_probe.clone()).await?;
+    // A stop asked meanwhile ends the node cleanly (nothing runs yet), as it would later.
     let mut shutdown = std::pin::pin!(shutdown);
-    options.new_member = match new_member::is_new_member(&config, &files, listen, shutdown.as_mut())
-        .await?
+    options.new_member = match new_member::is_new_member(
+        &config,
+        &files,
+        listen,
+        shutdown.as_mut(),
+        &late_probe,
+    )
+    .await?
     {
         Some(new_member) => new_member,
         None => {
@@ -242,7 +250,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let own_drain = config.data_dir.join(self_drain::MARKER);
     rpc.serve_operators(admin::adapter(shared.clone(), own_drain.clone()));
     let metrics_probe = Arc::new(probe::NodeProbe::new(shared.clone()));
-    let _metrics = probe::serve(config.metrics, metrics_probe.clone()).await?;
+    late_probe.set(metrics_probe.clone());
 
     let formed = async {
         if config.join.is_empty() {

@@ -32,6 +32,7 @@ pub(super) async fn is_new_member(
     files: &TlsFiles,
     listen: SocketAddr,
     shutdown: Pin<&mut impl Future<Output = ()>>,
+    probe: &super::probe::LateProbe,
 ) -> Result<Option<bool>, NodeError> {
     if !config.join.is_empty() {
         return Ok(Some(true));
@@ -72,10 +73,12 @@ pub(super) async fn is_new_member(
         .iter()
         .map(|p| (p.name.clone(), p.addr.clone()))
         .collect();
+    probe.asking(Some(rpc.clone()));
     let known = tokio::select! {
         known = crate::raft::knows_me(rpc.clone(), Peer::new(config.name.clone(), advertise), &peers) => Some(known),
         _ = shutdown => None,
     };
+    probe.asking(None);
     rpc.close().await;
     if known == Some(true) {
         tracing::info!(

@@ -9,8 +9,8 @@
 //! reconciliation, at least once a second), and whether its plugins folder's first scan
 //! and loads have ended (`node.ready`).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::NodeError;
@@ -142,11 +142,96 @@ impl Probe for NodeProbe {
     }
 }
 
+/// The probe the endpoint serves from the node's start: the node's own ([`NodeProbe`])
+/// once it exists, and before that (a node on a new data dir can wait for its peers
+/// before its Raft starts, `new_member.rs`) a node with no leader: `/livez` answers, and
+/// `/readyz` says not ready, so an orchestrator's liveness probe never restarts a node
+/// that is waiting for its peers.
+pub struct LateProbe {
+    name: String,
+    node: OnceLock<Arc<NodeProbe>>,
+    /// The transport a node on a new data dir asks its peers through, while it asks: its
+    /// certificates and calls are this node's meanwhile.
+    asking: std::sync::Mutex<Option<Arc<crate::rpc::Rpc>>>,
+}
+
+impl LateProbe {
+    pub fn new(name: String) -> Self {
+        Self {
+            name,
+            node: OnceLock::new(),
+            asking: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The transport the node asks its peers through (`None` once it is closed).
+    pub fn asking(&self, rpc: Option<Arc<crate::rpc::Rpc>>) {
+        *self.asking.lock().unwrap_or_else(|e| e.into_inner()) = rpc;
+    }
+
+    /// Serves `node` from now on.
+    pub fn set(&self, node: Arc<NodeProbe>) {
+        let _ = self.node.set(node);
+    }
+}
+
+impl Probe for LateProbe {
+    fn sample(&self) -> Sample {
+        match self.node.get() {
+            Some(node) => node.sample(),
+            None => {
+                let mut sample = Sample {
+                    node: self.name.clone(),
+                    ..Sample::default()
+                };
+                let asking = self.asking.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(rpc) = asking.as_ref() {
+                    let tls = rpc.transport().tls_info();
+                    sample.rpc = rpc
+                        .counts()
+                        .into_iter()
+                        .map(|c| (c, kind_name(c.kind)))
+                        .collect();
+                    sample.transport = rpc.transport().stats();
+                    sample.certificate = Some((tls.fingerprint, unix_secs(tls.not_after)));
+                    sample.ca_certificates = tls
+                        .ca_expiries
+                        .into_iter()
+                        .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
+                        .collect();
+                }
+                sample
+            }
+        }
+    }
+
+    fn status(&self) -> crate::api::Status {
+        match self.node.get() {
+            Some(node) => node.status(),
+            None => crate::api::Status {
+                node: self.name.clone(),
+                at_ms: super::shared::now_ms(),
+                leader: None,
+                term: 0,
+                cluster: None,
+                version: 0,
+                nodes: Vec::new(),
+                resources: Vec::new(),
+                revoked: Vec::new(),
+                certificates: Vec::new(),
+                history: Vec::new(),
+                history_len: 0,
+                diverged: Vec::new(),
+            },
+        }
+    }
+}
+
 /// Starts the metrics endpoint on `addr`, if one is configured, and logs
 /// `metrics.listening` with the bound address. Keep the server: dropping it stops it.
 pub async fn serve(
     addr: Option<std::net::SocketAddr>,
-    probe: Arc<NodeProbe>,
+    probe: Arc<LateProbe>,
 ) -> Result<Option<MetricsServer>, NodeError> {
     let Some(addr) = addr else {
         return Ok(None);
