@@ -36,6 +36,12 @@ pub struct TransportConfig {
     /// It also sets the RTT assumed before one is measured, a sixteenth of it, so that a
     /// lost first handshake packet is resent well inside it (`tls.rs`, `initial_rtt`).
     pub dial_timeout: Duration,
+    /// The RTT assumed before one is measured, if not a sixteenth of `dial_timeout`. A
+    /// transport closed and bound again on its port soon after its dials takes a shorter
+    /// one (a node asking its peers before its Raft starts, `node/new_member.rs`): a dial
+    /// nobody answered drains for three probe timeouts of it (nine times it) before the
+    /// port is free, 560 ms at the default.
+    pub initial_rtt: Option<Duration>,
     /// Time an incoming stream has to deliver its whole request (default 5 s); a slower
     /// stream is closed and counted.
     pub stream_read_timeout: Duration,
@@ -91,6 +97,7 @@ impl Default for TransportConfig {
             max_frame: 1 << 20,
             request_timeout: Duration::from_secs(5),
             dial_timeout: Duration::from_secs(1),
+            initial_rtt: None,
             stream_read_timeout: Duration::from_secs(5),
             max_streams_per_connection: 64,
             max_connections: 256,

@@ -139,7 +139,11 @@ fn transport_config(
     t.stream_receive_window(stream_window)
         .receive_window(connection_window);
     t.max_idle_timeout(Some(idle))
-        .initial_rtt(initial_rtt(config.dial_timeout))
+        .initial_rtt(
+            config
+                .initial_rtt
+                .unwrap_or_else(|| initial_rtt(config.dial_timeout)),
+        )
         .keep_alive_interval(Some(config.keep_alive))
         .max_concurrent_bidi_streams(incoming_streams.into())
         .max_concurrent_uni_streams(0u32.into())
