@@ -95,7 +95,8 @@ impl Since {
 
 pub(crate) struct Heard {
     records: Mutex<Records>,
-    /// When this record keeper was made: before the node could take a Raft message.
+    /// When this node's run began (`ControlOptions::started`, once it held its data dir),
+    /// or when this record keeper was made: before the node could take a Raft message.
     started: Instant,
     /// Held shared by every message from before Raft sees it until it is recorded, and
     /// taken exclusively by an answer (see the module doc, condition (b)). Tokio's lock
