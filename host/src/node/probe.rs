@@ -88,18 +88,10 @@ impl Probe for NodeProbe {
             )
         };
         let member = members.voters.contains_key(me) || members.learners.contains_key(me);
-        let tls = rpc.transport().tls_info();
-        let not_after = unix_secs(tls.not_after);
         let mut sample = Sample {
             node: shared.me.clone(),
-            rpc: rpc
-                .counts()
-                .into_iter()
-                .map(|c| (c, kind_name(c.kind)))
-                .collect(),
             rejections: rpc.rejections().to_vec(),
             control_refused: control.refusals(),
-            transport: rpc.transport().stats(),
             term: control.term(),
             leader: control.leader().map(|(name, _)| name),
             is_leader: control.is_leader(),
@@ -113,15 +105,10 @@ impl Probe for NodeProbe {
             member,
             unapplied,
             loaded: self.loaded.load(Ordering::Relaxed),
-            certificate: Some((tls.fingerprint, not_after)),
-            ca_certificates: tls
-                .ca_expiries
-                .into_iter()
-                .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
-                .collect(),
             diverged: control.diverged(),
             ..Sample::default()
         };
+        read_endpoint(&mut sample, rpc);
         shared.read(|c| {
             sample.members = c.members.len();
             sample.sessions = c.members.values().filter(|m| m.session.is_some()).count();
@@ -186,19 +173,7 @@ impl Probe for LateProbe {
                 };
                 let asking = self.asking.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(rpc) = asking.as_ref() {
-                    let tls = rpc.transport().tls_info();
-                    sample.rpc = rpc
-                        .counts()
-                        .into_iter()
-                        .map(|c| (c, kind_name(c.kind)))
-                        .collect();
-                    sample.transport = rpc.transport().stats();
-                    sample.certificate = Some((tls.fingerprint, unix_secs(tls.not_after)));
-                    sample.ca_certificates = tls
-                        .ca_expiries
-                        .into_iter()
-                        .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
-                        .collect();
+                    read_endpoint(&mut sample, rpc);
                 }
                 sample
             }
@@ -225,6 +200,24 @@ impl Probe for LateProbe {
             },
         }
     }
+}
+
+/// Reads into `sample` what the endpoint `rpc` says of this node: its calls per kind, its
+/// connections, and the certificates it presents and trusts in new handshakes.
+fn read_endpoint(sample: &mut Sample, rpc: &crate::rpc::Rpc) {
+    let tls = rpc.transport().tls_info();
+    sample.rpc = rpc
+        .counts()
+        .into_iter()
+        .map(|c| (c, kind_name(c.kind)))
+        .collect();
+    sample.transport = rpc.transport().stats();
+    sample.certificate = Some((tls.fingerprint, unix_secs(tls.not_after)));
+    sample.ca_certificates = tls
+        .ca_expiries
+        .into_iter()
+        .map(|(fingerprint, at)| (fingerprint, unix_secs(at)))
+        .collect();
 }
 
 /// Starts the metrics endpoint on `addr`, if one is configured, and logs
